@@ -1,0 +1,190 @@
+"""The Endpoint aggregate: an agent's door, with a fixed scope and a hashed credential."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from domain.errors import Conflict, InvalidArgument
+from domain.events import Aggregate, DomainEvent
+from domain.names import ENDPOINT_PREFIX, check_queue_name, format_id
+from domain.todo import DEFAULT_LEASE, MAX_LEASE, MIN_DEFAULT_LEASE
+
+TODO_VERBS = (
+    "list_todos", "get_todo", "claim", "claim_next", "heartbeat", "complete", "fail", "release",
+)
+WEBHOOK_VERBS = (
+    "create_webhook", "list_webhooks", "rotate_webhook", "delete_webhook",
+    "add_webhook_route", "remove_webhook_route", "list_webhook_routes",
+    "list_webhook_rules", "set_webhook_rules", "test_webhook_rules",
+    "list_webhook_events", "get_webhook_event",
+)
+LEASE_VERBS = ("get_default_lease", "set_default_lease")
+ALL_VERBS = TODO_VERBS + WEBHOOK_VERBS + LEASE_VERBS
+SOURCE_TYPES = ("github", "gitea", "cairn", "generic")
+DEFAULT_WEBHOOK_MAX = 5
+
+
+def credential_hash(credential: str) -> str:
+    """Only the SHA-256 of a credential is ever stored."""
+    return hashlib.sha256(credential.encode()).hexdigest()
+
+
+def check_default_lease(seconds: int | None) -> int | None:
+    """A default lease is 60..86400 seconds, or None for the 300 s default."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, int):
+        raise InvalidArgument("default lease must be a whole number of seconds")
+    low, high = int(MIN_DEFAULT_LEASE.total_seconds()), int(MAX_LEASE.total_seconds())
+    if not low <= seconds <= high:
+        raise InvalidArgument(f"default lease must be within {low}..{high} seconds")
+    return seconds
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndpointVended(DomainEvent):
+    slug: str
+    agent: str
+    owner: str
+    credential_sha256: str
+    queues: tuple[str, ...]
+    verbs: tuple[str, ...]
+    webhook_max: int
+    source_types: tuple[str, ...]
+    webhook_queues: tuple[str, ...]
+    expires_at: datetime | None
+    default_lease_seconds: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DefaultLeaseSet(DomainEvent):
+    default_lease_seconds: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndpointRevoked(DomainEvent):
+    pass
+
+
+ENDPOINT_EVENTS = (EndpointVended, DefaultLeaseSet, EndpointRevoked)
+
+
+def _unique(values) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(values))
+
+
+class Endpoint(Aggregate):
+    """An endpoint's scope is fixed at vend; only its default lease changes, until revoked."""
+
+    @classmethod
+    def vend(
+        cls,
+        *,
+        id: UUID,
+        now: datetime,
+        actor: str,
+        slug: str,
+        agent: str,
+        owner: str,
+        credential_sha256: str,
+        queues: list[str],
+        verbs: list[str] | None = None,
+        webhook_max: int = DEFAULT_WEBHOOK_MAX,
+        source_types: list[str] | None = None,
+        webhook_queues: list[str] | None = None,
+        ttl: timedelta | None = None,
+        default_lease_seconds: int | None = None,
+    ) -> Endpoint:
+        """Vends an endpoint: at least one queue, known verbs and source types."""
+        if not agent or not agent.strip():
+            raise InvalidArgument("agent name is required")
+        if not queues:
+            raise InvalidArgument("at least one queue is required")
+        queues_t = _unique(check_queue_name(q) for q in queues)
+        verbs_t = _unique(verbs) if verbs is not None else ALL_VERBS
+        unknown = [v for v in verbs_t if v not in ALL_VERBS]
+        if unknown:
+            raise InvalidArgument(f"unknown verbs: {', '.join(unknown)}")
+        types_t = _unique(source_types) if source_types is not None else SOURCE_TYPES
+        unknown = [t for t in types_t if t not in SOURCE_TYPES]
+        if unknown:
+            raise InvalidArgument(f"unknown source types: {', '.join(unknown)}")
+        hook_queues = _unique(check_queue_name(q) for q in webhook_queues) if webhook_queues else queues_t
+        if isinstance(webhook_max, bool) or not isinstance(webhook_max, int) or not 0 <= webhook_max <= 1000:
+            raise InvalidArgument("webhook ceiling must be within 0..1000")
+        if ttl is not None and ttl <= timedelta(0):
+            raise InvalidArgument("lifetime must be positive")
+        endpoint = cls()
+        endpoint.id = id
+        endpoint._record(
+            EndpointVended, timestamp=now, actor=actor, cause="vend", slug=slug,
+            agent=agent.strip(), owner=owner, credential_sha256=credential_sha256,
+            queues=queues_t, verbs=verbs_t, webhook_max=webhook_max, source_types=types_t,
+            webhook_queues=hook_queues, expires_at=now + ttl if ttl is not None else None,
+            default_lease_seconds=check_default_lease(default_lease_seconds),
+        )
+        return endpoint
+
+    @property
+    def endpoint_id(self) -> str:
+        return format_id(ENDPOINT_PREFIX, self.id)
+
+    @property
+    def principal(self) -> str:
+        """How the endpoint reads as an actor and a lease holder."""
+        return f"endpoint:{self.slug}"
+
+    def is_active(self, now: datetime) -> bool:
+        """Not revoked and not expired: an expired endpoint is treated as revoked."""
+        return not self.revoked and (self.expires_at is None or now < self.expires_at)
+
+    @property
+    def default_lease(self) -> timedelta:
+        if self.default_lease_seconds is None:
+            return DEFAULT_LEASE
+        return timedelta(seconds=self.default_lease_seconds)
+
+    def set_default_lease(self, *, now: datetime, actor: str, seconds: int | None) -> None:
+        """Sets the lease used when a claim names none (60..86400 s, or None for 300 s)."""
+        self._check_not_revoked()
+        self._record(
+            DefaultLeaseSet, timestamp=now, actor=actor, cause="set_default_lease",
+            default_lease_seconds=check_default_lease(seconds),
+        )
+
+    def revoke(self, *, now: datetime, actor: str) -> None:
+        """Revocation is final; revoking twice is a conflict."""
+        self._check_not_revoked()
+        self._record(EndpointRevoked, timestamp=now, actor=actor, cause="revoke")
+
+    def _check_not_revoked(self) -> None:
+        if self.revoked:
+            raise Conflict(f"endpoint {self.slug} is revoked")
+
+    def _mutate(self, event: DomainEvent) -> None:
+        match event:
+            case EndpointVended():
+                self.slug = event.slug
+                self.agent = event.agent
+                self.owner = event.owner
+                self.credential_sha256 = event.credential_sha256
+                self.queues = tuple(event.queues)
+                self.verbs = tuple(event.verbs)
+                self.webhook_max = event.webhook_max
+                self.source_types = tuple(event.source_types)
+                self.webhook_queues = tuple(event.webhook_queues)
+                self.expires_at = event.expires_at
+                self.default_lease_seconds = event.default_lease_seconds
+                self.created_at = event.timestamp
+                self.revoked = False
+                self.revoked_at = None
+            case DefaultLeaseSet():
+                self.default_lease_seconds = event.default_lease_seconds
+            case EndpointRevoked():
+                self.revoked = True
+                self.revoked_at = event.timestamp
+            case _:  # pragma: no cover
+                raise TypeError(f"Endpoint cannot apply {type(event).__name__}")

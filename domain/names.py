@@ -1,0 +1,46 @@
+"""Identifiers and names: their formats and the rules they obey."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from uuid import UUID
+
+from domain.errors import InvalidArgument
+
+QUARANTINE = "quarantine"
+_QUEUE = re.compile(r"[a-z0-9._-]{1,64}")
+
+TODO_PREFIX = "td_"
+ENDPOINT_PREFIX = "ep_"
+OPERATOR_PREFIX = "op_"
+
+
+def check_queue_name(name: object, *, allow_quarantine: bool = False) -> str:
+    """A queue name is 1-64 of [a-z0-9._-]; `quarantine` is reserved for faulted deliveries."""
+    if not isinstance(name, str) or not _QUEUE.fullmatch(name):
+        raise InvalidArgument(f"invalid queue name {name!r}: 1-64 of [a-z0-9._-]")
+    if name == QUARANTINE and not allow_quarantine:
+        raise InvalidArgument("queue name 'quarantine' is reserved")
+    return name
+
+
+def format_id(prefix: str, value: UUID) -> str:
+    return prefix + value.hex
+
+
+def parse_id(prefix: str, text: object) -> UUID | None:
+    """The UUID inside `<prefix><32 hex>`, or None when the text is not such an id."""
+    if not isinstance(text, str) or not text.startswith(prefix):
+        return None
+    rest = text[len(prefix):]
+    if len(rest) != 32 or not re.fullmatch(r"[0-9a-f]{32}", rest):
+        return None
+    return UUID(hex=rest)
+
+
+def slugify(agent: str) -> str:
+    """Lower-case ASCII words joined by '-', at most 40 chars; 'agent' when nothing is left."""
+    text = unicodedata.normalize("NFKD", agent).encode("ascii", "ignore").decode()
+    text = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return (text[:40].strip("-")) or "agent"

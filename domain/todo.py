@@ -1,0 +1,438 @@
+"""The Todo aggregate: one durable unit of work and its leased attempts.
+
+States (see docs/adr/0005-todo-lifecycle.md for the diagram):
+
+- ``pending``: claimable. Reached by ``TodoOpened``, ``TodoReleased``, ``LeaseExpired``
+  (attempts left), ``TodoRequeued`` (retry due, or an operator's retry).
+- ``claimed``: one holder has a lease until ``lease_expires_at``. Reached by ``TodoClaimed``;
+  ``LeaseRenewed`` moves the expiry. Left by complete, fail, release, or the lease lapsing.
+- ``done``: final. Reached by ``TodoCompleted``.
+- ``failed``: either awaiting a retry at ``next_retry_at`` (claimable once due, requeued by
+  the scheduler) or, when the budget of ``MAX_ATTEMPTS`` claims is spent, a dead letter
+  (``dead_letter`` true, ``next_retry_at`` None) that only an operator's retry revives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from domain.errors import Conflict, InvalidArgument
+from domain.events import Aggregate, DomainEvent
+from domain.names import TODO_PREFIX, format_id
+
+MAX_ATTEMPTS = 5
+DEFAULT_LEASE = timedelta(seconds=300)
+MIN_DEFAULT_LEASE = timedelta(seconds=60)
+MAX_LEASE = timedelta(seconds=86400)
+RETRY_BASE_DELAY = timedelta(seconds=30)
+RETRY_MAX_DELAY = timedelta(minutes=15)
+SUMMARY_MAX_BYTES = 2048
+CLAIMANT_MAX_BYTES = 128
+TITLE_MAX_CHARS = 200
+RESULT_MAX_BYTES = 64 * 1024
+PRIOR_ATTEMPTS_SHOWN = 5
+
+PENDING, CLAIMED, DONE, FAILED = "pending", "claimed", "done", "failed"
+STATES = (PENDING, CLAIMED, DONE, FAILED)
+TRUST_MODES = ("signed", "token", "operator")
+
+
+def effective_lease(requested_seconds: float | None, default: timedelta | None) -> timedelta:
+    """Absent or <= 0 takes the endpoint's default (else 300 s); above 86400 s is clamped."""
+    if requested_seconds is None or requested_seconds <= 0:
+        return default or DEFAULT_LEASE
+    return min(timedelta(seconds=requested_seconds), MAX_LEASE)
+
+
+def retry_delay(attempt: int) -> timedelta:
+    """30 s * 2^(attempt-1), capped at 15 minutes."""
+    return min(RETRY_BASE_DELAY * (2 ** max(attempt - 1, 0)), RETRY_MAX_DELAY)
+
+
+def cut_utf8(text: str | None, max_bytes: int) -> str | None:
+    """Cuts text to at most max_bytes of UTF-8 without splitting a character."""
+    if text is None:
+        return None
+    encoded = text.encode()
+    if len(encoded) <= max_bytes:
+        return text
+    return encoded[:max_bytes].decode(errors="ignore")
+
+
+def one_line_title(title: str) -> str:
+    """A title is one line of at most 200 characters."""
+    line = " ".join(str(title).split())
+    return line[: TITLE_MAX_CHARS - 1] + "…" if len(line) > TITLE_MAX_CHARS else line
+
+
+def check_result(result: Any) -> Any:
+    """A result is any JSON value of at most 64 KiB encoded."""
+    try:
+        size = len(json.dumps(result, separators=(",", ":")).encode())
+    except (TypeError, ValueError):
+        raise InvalidArgument("result must be JSON") from None
+    if size > RESULT_MAX_BYTES:
+        raise InvalidArgument(f"result is {size} bytes, over the 65536-byte limit")
+    return result
+
+
+def fence_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+# --- events -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class TodoOpened(DomainEvent):
+    endpoint_id: str
+    queue: str
+    source: str
+    kind: str | None
+    title: str
+    trust_mode: str
+    payload: Any
+    payload_size: int
+    idempotency_key: str | None = None
+    routing: dict[str, Any] | None = None
+    delivery_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TodoClaimed(DomainEvent):
+    attempt: int
+    attempt_seq: int
+    holder: str
+    claimant: str | None
+    lease_expires_at: datetime
+    fence_hash: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaseRenewed(DomainEvent):
+    lease_expires_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class TodoCompleted(DomainEvent):
+    result: Any = None
+    summary: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TodoFailed(DomainEvent):
+    result: Any = None
+    summary: str | None = None
+    next_retry_at: datetime | None = None
+    dead_letter: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaseExpired(DomainEvent):
+    dead_letter: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class TodoReleased(DomainEvent):
+    summary: str | None = None
+    outcome: str = "released"
+    dead_letter: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class TodoRequeued(DomainEvent):
+    fresh_budget: bool = False
+
+
+TODO_EVENTS = (
+    TodoOpened, TodoClaimed, LeaseRenewed, TodoCompleted, TodoFailed, LeaseExpired,
+    TodoReleased, TodoRequeued,
+)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One claim of a todo; closed attempts keep their outcome and summary."""
+
+    seq: int
+    claimant: str | None
+    claimed_at: datetime
+    ended_at: datetime | None = None
+    outcome: str | None = None
+    summary: str | None = None
+
+
+# --- aggregate ----------------------------------------------------------------------------
+
+
+class Todo(Aggregate):
+    """A todo decides its own transitions; the clock's `now` is always passed in."""
+
+    @classmethod
+    def open(
+        cls,
+        *,
+        id: UUID,
+        now: datetime,
+        actor: str,
+        endpoint_id: str,
+        queue: str,
+        source: str,
+        title: str,
+        trust_mode: str,
+        payload: Any = None,
+        payload_size: int = 0,
+        kind: str | None = None,
+        idempotency_key: str | None = None,
+        routing: dict[str, Any] | None = None,
+        delivery_id: str | None = None,
+        cause: str = "push",
+    ) -> Todo:
+        """Opens a pending todo on an endpoint's queue."""
+        if trust_mode not in TRUST_MODES:
+            raise InvalidArgument(f"unknown trust mode {trust_mode!r}")
+        todo = cls()
+        todo.id = id
+        todo._record(
+            TodoOpened,
+            timestamp=now, actor=actor, cause=cause, endpoint_id=endpoint_id, queue=queue,
+            source=source, kind=kind, title=one_line_title(title), trust_mode=trust_mode,
+            payload=payload, payload_size=payload_size, idempotency_key=idempotency_key,
+            routing=routing, delivery_id=delivery_id,
+        )
+        return todo
+
+    # -- queries of state
+
+    @property
+    def todo_id(self) -> str:
+        return format_id(TODO_PREFIX, self.id)
+
+    @property
+    def is_live(self) -> bool:
+        """Pending, claimed, or failed awaiting a retry: an idempotency key still maps here."""
+        return self.state in (PENDING, CLAIMED) or (self.state == FAILED and not self.dead_letter)
+
+    def is_claimable(self, now: datetime) -> bool:
+        """Pending, or failed with its retry due."""
+        if self.state == PENDING:
+            return True
+        return (
+            self.state == FAILED and not self.dead_letter
+            and self.next_retry_at is not None and self.next_retry_at <= now
+        )
+
+    def lease_lapsed(self, now: datetime) -> bool:
+        return self.state == CLAIMED and self.lease_expires_at is not None and self.lease_expires_at <= now
+
+    def retry_due(self, now: datetime) -> bool:
+        return (
+            self.state == FAILED and not self.dead_letter
+            and self.next_retry_at is not None and self.next_retry_at <= now
+        )
+
+    # -- commands
+
+    def claim(
+        self,
+        *,
+        now: datetime,
+        holder: str,
+        lease: timedelta,
+        claimant: str | None = None,
+        fence_token: str | None = None,
+    ) -> None:
+        """Takes a claimable todo under a lease; each claim is one attempt of the budget."""
+        if not self.is_claimable(now):
+            raise Conflict(f"todo {self.todo_id} is {self._state_words()}, not claimable")
+        self._record(
+            TodoClaimed,
+            timestamp=now, actor=holder, cause="claim", attempt=self.attempt + 1,
+            attempt_seq=self.attempt_seq + 1, holder=holder,
+            claimant=cut_utf8(claimant, CLAIMANT_MAX_BYTES), lease_expires_at=now + lease,
+            fence_hash=fence_hash(fence_token) if fence_token is not None else None,
+        )
+
+    def heartbeat(
+        self, *, now: datetime, holder: str, lease: timedelta, fence_token: str | None = None
+    ) -> None:
+        """The holder extends its lease to now + ttl."""
+        self._check_holder(now, holder, fence_token)
+        self._record(
+            LeaseRenewed, timestamp=now, actor=holder, cause="heartbeat",
+            lease_expires_at=now + lease,
+        )
+
+    def complete(
+        self, *, now: datetime, holder: str, result: Any = None, summary: str | None = None,
+        fence_token: str | None = None,
+    ) -> None:
+        """The holder finishes the todo: done."""
+        self._check_holder(now, holder, fence_token)
+        self._record(
+            TodoCompleted, timestamp=now, actor=holder, cause="complete",
+            result=check_result(result), summary=cut_utf8(summary, SUMMARY_MAX_BYTES),
+        )
+
+    def fail(
+        self, *, now: datetime, holder: str, result: Any = None, summary: str | None = None,
+        fence_token: str | None = None,
+    ) -> None:
+        """The holder gives up this attempt: retry after backoff, or dead letter on the last."""
+        self._check_holder(now, holder, fence_token)
+        dead = self.attempt >= MAX_ATTEMPTS
+        self._record(
+            TodoFailed, timestamp=now, actor=holder, cause="fail",
+            result=check_result(result), summary=cut_utf8(summary, SUMMARY_MAX_BYTES),
+            next_retry_at=None if dead else now + retry_delay(self.attempt), dead_letter=dead,
+        )
+
+    def release(
+        self, *, now: datetime, holder: str, summary: str | None = None,
+        fence_token: str | None = None,
+    ) -> None:
+        """The holder hands the todo back: pending again, the attempt stays counted."""
+        self._check_holder(now, holder, fence_token)
+        self._record(
+            TodoReleased, timestamp=now, actor=holder, cause="release",
+            summary=cut_utf8(summary, SUMMARY_MAX_BYTES), outcome="released",
+            dead_letter=self.attempt >= MAX_ATTEMPTS,
+        )
+
+    def revoke_lease(self, *, now: datetime, actor: str) -> None:
+        """The holder's endpoint was revoked: its lease ends as if released."""
+        if self.state != CLAIMED:
+            raise Conflict(f"todo {self.todo_id} is {self._state_words()}, not claimed")
+        self._record(
+            TodoReleased, timestamp=now, actor=actor, cause="endpoint_revoked",
+            summary=None, outcome="revoked", dead_letter=self.attempt >= MAX_ATTEMPTS,
+        )
+
+    def expire_lease(self, *, now: datetime) -> None:
+        """A lapsed lease returns the todo to pending, or dead-letters it on the last attempt."""
+        if not self.lease_lapsed(now):
+            raise Conflict(f"todo {self.todo_id} has no lapsed lease")
+        self._record(
+            LeaseExpired, timestamp=now, actor="system", cause="lease_expired",
+            dead_letter=self.attempt >= MAX_ATTEMPTS,
+        )
+
+    def requeue_due(self, *, now: datetime) -> None:
+        """A failed todo whose retry is due becomes pending."""
+        if not self.retry_due(now):
+            raise Conflict(f"todo {self.todo_id} has no retry due")
+        self._record(TodoRequeued, timestamp=now, actor="system", cause="retry_due")
+
+    def retry_now(self, *, now: datetime, actor: str) -> None:
+        """An operator revives a failed todo at once, with a fresh budget of attempts."""
+        if self.state != FAILED:
+            raise Conflict(f"todo {self.todo_id} is {self._state_words()}, only a failed todo can be retried")
+        self._record(
+            TodoRequeued, timestamp=now, actor=actor, cause="operator_retry", fresh_budget=True,
+        )
+
+    # -- invariants
+
+    def _check_holder(self, now: datetime, holder: str, fence_token: str | None) -> None:
+        if self.state != CLAIMED:
+            raise Conflict(f"todo {self.todo_id} is {self._state_words()}, not claimed")
+        if self.holder != holder:
+            raise Conflict(f"todo {self.todo_id} is leased by another holder")
+        if self.lease_expires_at is not None and self.lease_expires_at <= now:
+            raise Conflict(f"the lease on todo {self.todo_id} has expired")
+        if self.fence_hash is not None:
+            if fence_token is None:
+                raise Conflict(f"todo {self.todo_id} is fenced: lease_token required")
+            if fence_hash(fence_token) != self.fence_hash:
+                raise Conflict(f"lease_token does not match the lease on todo {self.todo_id}")
+
+    def _state_words(self) -> str:
+        if self.state == FAILED:
+            return "dead-lettered" if self.dead_letter else "failed awaiting its retry"
+        return self.state
+
+    # -- evolution
+
+    def _end_attempt(self, at: datetime, outcome: str, summary: str | None) -> None:
+        current = self.attempts[-1]
+        closed = Attempt(current.seq, current.claimant, current.claimed_at, at, outcome, summary)
+        self.attempts = (*self.attempts[:-1], closed)
+        self.holder = None
+        self.claimant = None
+        self.lease_expires_at = None
+        self.fence_hash = None
+
+    def _mutate(self, event: DomainEvent) -> None:
+        match event:
+            case TodoOpened():
+                self.endpoint_id = event.endpoint_id
+                self.queue = event.queue
+                self.source = event.source
+                self.kind = event.kind
+                self.title = event.title
+                self.trust_mode = event.trust_mode
+                self.payload = event.payload
+                self.payload_size = event.payload_size
+                self.idempotency_key = event.idempotency_key
+                self.routing = event.routing
+                self.delivery_id = event.delivery_id
+                self.created_at = event.timestamp
+                self.state = PENDING
+                self.attempt = 0
+                self.attempt_seq = 0
+                self.attempts: tuple[Attempt, ...] = ()
+                self.holder = self.claimant = self.fence_hash = None
+                self.lease_expires_at = self.next_retry_at = None
+                self.dead_letter = False
+                self.result = None
+                self.updated_at = event.timestamp
+            case TodoClaimed():
+                self.state = CLAIMED
+                self.attempt = event.attempt
+                self.attempt_seq = event.attempt_seq
+                self.holder = event.holder
+                self.claimant = event.claimant
+                self.lease_expires_at = event.lease_expires_at
+                self.fence_hash = event.fence_hash
+                self.next_retry_at = None
+                self.attempts = (*self.attempts, Attempt(event.attempt_seq, event.claimant, event.timestamp))
+            case LeaseRenewed():
+                self.lease_expires_at = event.lease_expires_at
+            case TodoCompleted():
+                self._end_attempt(event.timestamp, "completed", event.summary)
+                self.state = DONE
+                self.result = event.result
+            case TodoFailed():
+                self._end_attempt(event.timestamp, "failed", event.summary)
+                self.state = FAILED
+                self.result = event.result
+                self.next_retry_at = event.next_retry_at
+                self.dead_letter = event.dead_letter
+            case LeaseExpired():
+                self._end_attempt(event.timestamp, "lease_expired", None)
+                self._to_pending_or_dead(event.dead_letter)
+            case TodoReleased():
+                self._end_attempt(event.timestamp, event.outcome, event.summary)
+                self._to_pending_or_dead(event.dead_letter)
+            case TodoRequeued():
+                self.state = PENDING
+                self.next_retry_at = None
+                self.dead_letter = False
+                if event.fresh_budget:
+                    self.attempt = 0
+            case _:  # pragma: no cover - a new event type without a branch is a bug
+                raise TypeError(f"Todo cannot apply {type(event).__name__}")
+        self.updated_at = event.timestamp
+
+    def _to_pending_or_dead(self, dead_letter: bool) -> None:
+        if dead_letter:
+            self.state = FAILED
+            self.dead_letter = True
+            self.next_retry_at = None
+        else:
+            self.state = PENDING
