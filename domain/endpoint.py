@@ -188,3 +188,13 @@ class Endpoint(Aggregate):
                 self.revoked_at = event.timestamp
             case _:  # pragma: no cover
                 raise TypeError(f"Endpoint cannot apply {type(event).__name__}")
+
+
+_ENDPOINT_NAMESPACE = UUID("3d8f6a0e-9b1c-4f7e-a2d4-5c6b7e8f9a01")
+
+
+def endpoint_uuid(slug: str) -> UUID:
+    """An endpoint's id is derived from its slug, so slugs are unique by construction."""
+    from uuid import uuid5
+
+    return uuid5(_ENDPOINT_NAMESPACE, slug)

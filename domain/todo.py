@@ -44,9 +44,11 @@ TRUST_MODES = ("signed", "token", "operator")
 
 def effective_lease(requested_seconds: float | None, default: timedelta | None) -> timedelta:
     """Absent or <= 0 takes the endpoint's default (else 300 s); above 86400 s is clamped."""
-    if requested_seconds is None or requested_seconds <= 0:
+    if requested_seconds is None or not requested_seconds > 0:
         return default or DEFAULT_LEASE
-    return min(timedelta(seconds=requested_seconds), MAX_LEASE)
+    if requested_seconds >= MAX_LEASE.total_seconds():
+        return MAX_LEASE
+    return timedelta(seconds=requested_seconds)
 
 
 def retry_delay(attempt: int) -> timedelta:
@@ -73,7 +75,8 @@ def one_line_title(title: str) -> str:
 def check_result(result: Any) -> Any:
     """A result is any JSON value of at most 64 KiB encoded."""
     try:
-        size = len(json.dumps(result, separators=(",", ":")).encode())
+        encoded = json.dumps(result, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        size = len(encoded.encode())
     except (TypeError, ValueError):
         raise InvalidArgument("result must be JSON") from None
     if size > RESULT_MAX_BYTES:

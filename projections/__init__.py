@@ -1,0 +1,12 @@
+"""Read models built from the domain events; each tracks its own position in the log."""
+
+from projections.claimable import ClaimableQueue
+from projections.directory import Directory
+from projections.idempotency_keys import IdempotencyKeys
+from projections.timers import DueTimers
+from projections.todo_rows import TodoRows
+
+
+def all_projections():
+    """Every projection, inline ones first."""
+    return (ClaimableQueue(), DueTimers(), TodoRows(), IdempotencyKeys(), Directory())

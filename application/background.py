@@ -1,0 +1,73 @@
+"""Background work of `serve`: the lease reaper and retry scheduler, and projection catch-up.
+
+Neither sweeps on a fixed period. The scheduler sleeps until the earliest due timer (read
+from the inline `timers` projection) and is woken at once by any local commit; the cap of
+MAX_SLEEP bounds how late it notices a timer set by another process. Several processes may
+run it on one database: the write side decides, so a lease is expired once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from application.ports import Clock
+
+log = logging.getLogger("switchboard.background")
+
+MAX_SLEEP = 1.0
+DUE_PAGE = 200
+FIRE_CHUNK = 50
+
+
+class TimerScheduler:
+    """Fires lapsed leases and due retries within a second of their time."""
+
+    def __init__(self, app, views, clock: Clock) -> None:
+        self.app = app
+        self.views = views
+        self.clock = clock
+        self.wake = threading.Event()
+
+    def tick(self) -> float:
+        """Fires everything due now; returns how long to sleep before the next timer."""
+        while True:
+            due = self.views.due_timers(self.clock.now(), DUE_PAGE)
+            moved = sum(self.app.fire_timers(due[i:i + FIRE_CHUNK]) for i in range(0, len(due), FIRE_CHUNK))
+            if len(due) < DUE_PAGE or moved == 0:
+                break
+        upcoming = self.views.next_due()
+        if upcoming is None:
+            return MAX_SLEEP
+        return min(max((upcoming - self.clock.now()).total_seconds(), 0.0), MAX_SLEEP)
+
+    def run(self, stop: threading.Event) -> None:
+        _loop(self.tick, self.wake, stop, "scheduler")
+
+
+class ProjectionWorker:
+    """Keeps the asynchronous projections caught up with the log."""
+
+    def __init__(self, catch_up: Callable[[], object]) -> None:
+        self._catch_up = catch_up
+        self.wake = threading.Event()
+
+    def tick(self) -> float:
+        self._catch_up()
+        return MAX_SLEEP
+
+    def run(self, stop: threading.Event) -> None:
+        _loop(self.tick, self.wake, stop, "projections")
+
+
+def _loop(tick: Callable[[], float], wake: threading.Event, stop: threading.Event, name: str) -> None:
+    while not stop.is_set():
+        try:
+            delay = tick()
+        except Exception:  # keep the loop alive through a database restart
+            log.exception("%s tick failed", name)
+            delay = MAX_SLEEP
+        if delay > 0:
+            wake.wait(delay)
+        wake.clear()

@@ -1,0 +1,78 @@
+"""Ports: what the application needs from the outside, as roles."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Protocol, TypeVar
+from uuid import UUID
+
+from domain.events import Aggregate, DomainEvent
+
+A = TypeVar("A", bound=Aggregate)
+T = TypeVar("T")
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
+
+class SystemClock:
+    """Wall-clock UTC time."""
+
+    def now(self) -> datetime:
+        return datetime.now(timezone.utc)
+
+
+class ManualClock:
+    """A clock that only moves when told to: for tests."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = start or datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+    def now(self) -> datetime:
+        return self._now
+
+    def advance(self, **delta: float) -> datetime:
+        from datetime import timedelta
+
+        self._now += timedelta(**delta)
+        return self._now
+
+    def set(self, moment: datetime) -> None:
+        self._now = moment
+
+
+class UnitOfWork(Protocol):
+    """What a command handler sees: aggregates to load and change, all saved atomically."""
+
+    now: datetime
+
+    def get(self, cls: type[A], aggregate_id: UUID, *, fresh: bool = False) -> A | None: ...
+
+    def add(self, aggregate: Aggregate) -> None: ...
+
+    def claimable(self, endpoint_id: str, queues: Sequence[str], limit: int) -> list[UUID]: ...
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """An event as stored: its global position and the event."""
+
+    position: int
+    event: DomainEvent
+
+
+class EventStore(Protocol):
+    """The write side's store: runs command handlers atomically, reads streams and the log."""
+
+    def run(self, handler: Callable[[UnitOfWork], T]) -> T: ...
+
+    def load(self, cls: type[A], aggregate_id: UUID) -> A | None: ...
+
+    def stream(self, aggregate_id: UUID) -> list[Recorded]: ...
+
+    def read_log(self, after: int, limit: int) -> list[Recorded]: ...
+
+    def event_data(self, event: DomainEvent) -> dict[str, Any]: ...

@@ -1,0 +1,183 @@
+"""One seam to the SQL database (SQLite or PostgreSQL) for read models and queries.
+
+SQL is written once with `%s` placeholders; SQLite gets them as `?`. Events themselves are
+written by eventsourcing's recorders (see recorders.py), never here.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import psycopg
+import psycopg_pool
+
+from application.errors import ConfigurationError, StoreUnavailable
+
+
+@dataclass(frozen=True)
+class DatabaseUrl:
+    """A parsed `sqlite:///PATH` or `postgresql://user[:pw]@host[:port]/db`."""
+
+    dialect: str
+    path: str = ""
+    host: str = ""
+    port: int = 5432
+    user: str = ""
+    password: str = ""
+    dbname: str = ""
+
+    @classmethod
+    def parse(cls, url: str) -> DatabaseUrl:
+        if url.startswith("sqlite:///"):
+            path = url[len("sqlite:///"):]
+            if not path:
+                raise ConfigurationError(f"bad database URL {url!r}: sqlite:///PATH needs a path")
+            return cls("sqlite", path=path)
+        parsed = urlparse(url)
+        if parsed.scheme in ("postgresql", "postgres"):
+            dbname = parsed.path.lstrip("/")
+            if not parsed.hostname or not dbname:
+                raise ConfigurationError(f"bad database URL {url!r}: postgresql://user[:pw]@host[:port]/db")
+            try:
+                port = parsed.port or 5432
+            except ValueError:
+                raise ConfigurationError(f"bad database URL {url!r}: bad port") from None
+            return cls(
+                "postgres", host=parsed.hostname, port=port, user=unquote(parsed.username or "postgres"),
+                password=unquote(parsed.password or ""), dbname=dbname,
+            )
+        raise ConfigurationError(
+            f"bad database URL {url!r}: expected sqlite:///PATH or postgresql://user[:pw]@host[:port]/db"
+        )
+
+    def conninfo(self) -> str:
+        return psycopg.conninfo.make_conninfo(
+            host=self.host, port=self.port, user=self.user, password=self.password or None,
+            dbname=self.dbname, connect_timeout=5,
+        )
+
+
+class Tx:
+    """A transaction: run statements, get tuples back."""
+
+    def __init__(self, cursor: Any, dialect: str) -> None:
+        self._cursor = cursor
+        self._sqlite = dialect == "sqlite"
+
+    def _sql(self, sql: str) -> str:
+        return sql.replace("%s", "?") if self._sqlite else sql
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        self._cursor.execute(self._sql(sql), tuple(params))
+        if self._cursor.description is None:
+            return []
+        return [tuple(row) for row in self._cursor.fetchall()]
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if rows:
+            self._cursor.executemany(self._sql(sql), [tuple(r) for r in rows])
+
+    @property
+    def rowcount(self) -> int:
+        return self._cursor.rowcount
+
+    def run_ops(self, ops: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """Runs ops in order, batching runs of the same statement into one executemany."""
+        i = 0
+        while i < len(ops):
+            sql = ops[i][0]
+            j = i
+            while j < len(ops) and ops[j][0] == sql:
+                j += 1
+            if j - i == 1:
+                self.execute(sql, ops[i][1])
+            else:
+                self.executemany(sql, [op[1] for op in ops[i:j]])
+            i = j
+
+
+class Database:
+    """Connections for read models: a pool on PostgreSQL, one connection per thread on SQLite."""
+
+    def __init__(self, url: DatabaseUrl, *, pool_size: int = 8) -> None:
+        self.url = url
+        self.dialect = url.dialect
+        self._local = threading.local()
+        self._sqlite_conns: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._pool: psycopg_pool.ConnectionPool | None = None
+        if self.dialect == "postgres":
+            self._pool = psycopg_pool.ConnectionPool(
+                url.conninfo(), min_size=1, max_size=pool_size, open=False,
+                kwargs={"autocommit": True}, timeout=10,
+            )
+        else:
+            Path(url.path).parent.mkdir(parents=True, exist_ok=True)
+
+    def open(self) -> None:
+        if self._pool is not None:
+            try:
+                self._pool.open(wait=True, timeout=5)
+            except psycopg_pool.PoolTimeout:
+                raise StoreUnavailable(
+                    f"cannot reach PostgreSQL at {self.url.host}:{self.url.port}/{self.url.dbname}"
+                ) from None
+
+    def _sqlite_conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.url.path, timeout=30, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA busy_timeout=30000")
+            self._local.conn = conn
+            with self._lock:
+                self._sqlite_conns.append(conn)
+        return conn
+
+    @contextmanager
+    def transaction(self, *, write: bool = True, snapshot: bool = False) -> Iterator[Tx]:
+        """A write transaction (serialised on SQLite), or a read snapshot."""
+        if self._pool is None:
+            conn = self._sqlite_conn()
+            cursor = conn.cursor()
+            cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield Tx(cursor, "sqlite")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            else:
+                conn.execute("COMMIT")
+            return
+        try:
+            with self._pool.connection() as conn:
+                if snapshot:
+                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    try:
+                        yield Tx(conn.cursor(), "postgres")
+                    finally:
+                        conn.execute("ROLLBACK")
+                    return
+                with conn.transaction():
+                    yield Tx(conn.cursor(), "postgres")
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as error:
+            raise StoreUnavailable(f"store unavailable: {error}") from None
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        with self.transaction(write=False) as tx:
+            return tx.execute(sql, params)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+        with self._lock:
+            for conn in self._sqlite_conns:
+                conn.close()
+            self._sqlite_conns.clear()

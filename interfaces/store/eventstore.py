@@ -1,0 +1,392 @@
+"""The event store adapter: eventsourcing recorders + a batching writer + an aggregate cache.
+
+Every command handler runs on one writer thread per process. The writer takes all handlers
+waiting at that moment, runs them one after another against a shared in-memory view of the
+aggregates they touch, and appends every resulting event in ONE transaction (group commit),
+together with the inline read models. Optimistic concurrency (the unique (stream, version)
+key) catches a race with another process; the batch is then re-run one command at a time on
+fresh state. See docs/adr/0004-claims-and-batching.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from datetime import datetime
+from typing import Any, TypeVar
+from uuid import UUID
+
+from eventsourcing.persistence import IntegrityError, PersistenceError
+from eventsourcing.postgres import PostgresDatastore
+from eventsourcing.sqlite import SQLiteDatastore
+
+from application.errors import RetryLimitExceeded, StoreUnavailable
+from application.ports import Clock, Recorded, UnitOfWork
+from domain.errors import DomainError
+from domain.events import Aggregate, DomainEvent
+from domain.idempotency import IdempotencyKey
+from domain.names import TODO_PREFIX, format_id
+from domain.todo import Todo
+from interfaces.store.codec import EventCodec
+from interfaces.store.database import Database, DatabaseUrl
+from interfaces.store.recorders import PostgresEventRecorder, SqliteEventRecorder
+from projections.base import Projection, Tracking, micros
+
+log = logging.getLogger("switchboard.store")
+T = TypeVar("T")
+A = TypeVar("A", bound=Aggregate)
+
+MAX_BATCH = 64
+MAX_RETRIES = 12
+CACHE_SIZE = 50_000
+# Aggregates whose every change goes through a version check; others are always read fresh
+# because a command may rely on them without writing them (an endpoint's revocation).
+CACHEABLE = (Todo, IdempotencyKey)
+
+
+class _Job:
+    __slots__ = ("handler", "future")
+
+    def __init__(self, handler: Callable[[UnitOfWork], Any]) -> None:
+        self.handler = handler
+        self.future: Future = Future()
+
+
+class _Batch:
+    """The aggregates touched by the commands of one batch, in the order first touched."""
+
+    def __init__(self) -> None:
+        self.aggregates: dict[UUID, Aggregate] = {}
+        self.cached: set[UUID] = set()
+
+
+class _Unit:
+    """One command's view of the batch; undoes its own changes if the command is refused."""
+
+    def __init__(self, store: SqlEventStore, batch: _Batch, now: datetime, fresh: bool) -> None:
+        self._store = store
+        self._batch = batch
+        self._fresh = fresh
+        self._savepoints: dict[UUID, Aggregate | None] = {}
+        self.now = now
+        self.used_cache = False
+
+    def get(self, cls: type[A], aggregate_id: UUID, *, fresh: bool = False) -> A | None:
+        aggregates = self._batch.aggregates
+        if aggregate_id in aggregates:
+            aggregate = aggregates[aggregate_id]
+            if aggregate_id not in self._savepoints:
+                self._savepoints[aggregate_id] = aggregate.clone()
+            stale_suspect = aggregate_id in self._batch.cached and not aggregate.pending_events
+            if not (fresh and stale_suspect):
+                return aggregate  # type: ignore[return-value]
+            # "fresh": the latest committed state, unless this batch already changed it
+            self._batch.cached.discard(aggregate_id)
+            reloaded = self._store.load(cls, aggregate_id)
+            if reloaded is None:
+                return None
+            aggregates[aggregate_id] = reloaded
+            return reloaded
+        aggregate, cached = self._store._load_for_write(cls, aggregate_id, fresh=fresh or self._fresh)
+        if aggregate is None:
+            return None
+        if cached:
+            self.used_cache = True
+            self._batch.cached.add(aggregate_id)
+        aggregates[aggregate_id] = aggregate
+        self._savepoints[aggregate_id] = None
+        return aggregate
+
+    def add(self, aggregate: Aggregate) -> None:
+        if aggregate.id not in self._batch.aggregates:
+            self._batch.aggregates[aggregate.id] = aggregate
+            self._savepoints[aggregate.id] = None
+
+    def claimable(self, endpoint_id: str, queues: Sequence[str], limit: int) -> list[UUID]:
+        in_batch = sum(1 for a in self._batch.aggregates.values() if isinstance(a, Todo))
+        return self._store.claimable(endpoint_id, queues, self.now, limit + in_batch)
+
+    def rollback(self) -> None:
+        for aggregate_id, saved in self._savepoints.items():
+            if saved is None:
+                self._batch.aggregates.pop(aggregate_id, None)
+            else:
+                self._batch.aggregates[aggregate_id] = saved
+
+
+class SqlEventStore:
+    """The EventStore port on SQLite or PostgreSQL."""
+
+    def __init__(self, url: DatabaseUrl, clock: Clock, projections: Sequence[Projection]) -> None:
+        self.url = url
+        self.clock = clock
+        self.codec = EventCodec()
+        self.db = Database(url)
+        self.projections = tuple(projections)
+        self.inline = tuple(p for p in self.projections if p.inline)
+        if url.dialect == "sqlite":
+            self.datastore: Any = SQLiteDatastore(url.path, lock_timeout=30, pool_size=4, max_overflow=8)
+            self.recorder: Any = SqliteEventRecorder(self.datastore)
+        else:
+            self.datastore = PostgresDatastore(
+                url.dbname, url.host, url.port, url.user, url.password,
+                pool_size=4, max_overflow=8, connect_timeout=5, pool_open_timeout=5,
+            )
+            self.recorder = PostgresEventRecorder(self.datastore)
+        self._cache: OrderedDict[UUID, Aggregate] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._writer_lock = threading.Lock()
+        self._listeners: list[Callable[[list[Recorded]], None]] = []
+        self._closed = False
+
+    # -- lifecycle
+
+    def open(self) -> SqlEventStore:
+        """Connects and creates the tables (idempotent, safe with several processes)."""
+        self.db.open()
+        try:
+            if self.url.dialect == "postgres":
+                with self.db.transaction() as tx:
+                    tx.execute("SELECT pg_advisory_xact_lock(715517)")
+                    self.recorder.create_table()
+                    self._migrate(tx)
+            else:
+                self.recorder.create_table()
+                with self.db.transaction() as tx:
+                    self._migrate(tx)
+        except PersistenceError as error:
+            raise StoreUnavailable(f"store unavailable: {error}") from None
+        return self
+
+    def _migrate(self, tx: Any) -> None:
+        for statement in Tracking.DDL:
+            tx.execute(statement)
+        for projection in self.projections:
+            for statement in projection.ddl:
+                tx.execute(statement)
+            tx.execute(
+                "INSERT INTO sb_tracking (name, position) VALUES (%s, 0) ON CONFLICT (name) DO NOTHING",
+                (projection.name,),
+            )
+
+    def close(self) -> None:
+        self._closed = True
+        if self._writer is not None:
+            self._jobs.put(None)
+            self._writer.join(timeout=5)
+        self.db.close()
+        self.datastore.close()
+
+    def subscribe(self, listener: Callable[[list[Recorded]], None]) -> None:
+        """Calls `listener` on the writer thread after each commit; it must be quick."""
+        self._listeners.append(listener)
+
+    # -- the write side
+
+    def run(self, handler: Callable[[UnitOfWork], T]) -> T:
+        """Runs a command handler in the next batch and returns once its events are durable."""
+        if self._closed:
+            raise StoreUnavailable("store is closed")
+        if self._writer is None:
+            with self._writer_lock:
+                if self._writer is None:
+                    self._writer = threading.Thread(target=self._write_loop, name="switchboard-writer", daemon=True)
+                    self._writer.start()
+        job = _Job(handler)
+        self._jobs.put(job)
+        return job.future.result()
+
+    def _write_loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            batch = [job]
+            while len(batch) < MAX_BATCH:
+                try:
+                    more = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._jobs.put(None)
+                    break
+                batch.append(more)
+            try:
+                self._process(batch)
+            except BaseException as error:  # never let the writer die with jobs waiting
+                log.exception("writer failed a batch")
+                for j in batch:
+                    if not j.future.done():
+                        j.future.set_exception(error)
+
+    def _process(self, jobs: list[_Job]) -> None:
+        batch = _Batch()
+        done: list[tuple[_Job, Any]] = []
+        alone: list[_Job] = []
+        for job in jobs:
+            unit = _Unit(self, batch, self.clock.now(), fresh=False)
+            try:
+                result = job.handler(unit)
+            except DomainError as error:
+                unit.rollback()
+                if unit.used_cache:
+                    alone.append(job)  # confirm the refusal against fresh state
+                else:
+                    job.future.set_exception(error)
+            except Exception as error:
+                unit.rollback()
+                job.future.set_exception(error)
+            else:
+                done.append((job, result))
+        if done:
+            try:
+                recorded = self._commit(batch)
+            except IntegrityError:
+                self._evict(batch.aggregates)
+                alone = [job for job, _ in done] + alone
+            except (PersistenceError, StoreUnavailable) as error:
+                self._evict(batch.aggregates)
+                failure = StoreUnavailable(f"store unavailable: {error}")
+                for job, _ in done:
+                    job.future.set_exception(failure)
+            else:
+                for job, result in done:
+                    job.future.set_result(result)
+                self._announce(recorded)
+        for job in alone:
+            self._run_alone(job)
+
+    def _run_alone(self, job: _Job) -> None:
+        for attempt in range(MAX_RETRIES):
+            batch = _Batch()
+            unit = _Unit(self, batch, self.clock.now(), fresh=True)
+            try:
+                result = job.handler(unit)
+            except Exception as error:
+                job.future.set_exception(error)
+                return
+            try:
+                recorded = self._commit(batch)
+            except IntegrityError:
+                self._evict(batch.aggregates)
+                time.sleep(random.uniform(0, 0.002 * (2 ** min(attempt, 6))))
+                continue
+            except (PersistenceError, StoreUnavailable) as error:
+                self._evict(batch.aggregates)
+                job.future.set_exception(StoreUnavailable(f"store unavailable: {error}"))
+                return
+            job.future.set_result(result)
+            self._announce(recorded)
+            return
+        job.future.set_exception(RetryLimitExceeded("gave up after repeated concurrent updates; try again"))
+
+    def _commit(self, batch: _Batch) -> list[Recorded]:
+        events: list[DomainEvent] = []
+        for aggregate in batch.aggregates.values():
+            events.extend(aggregate.collect_events())
+        if not events:
+            return []
+        stored = [self.codec.to_stored_event(e) for e in events]
+        ops = [op for p in self.inline for e in events for op in p.ops(e, None)]
+        ids = self.recorder.insert_events(
+            stored, inline_ops=ops, inline_tracking=tuple(p.name for p in self.inline)
+        )
+        with self._cache_lock:
+            for aggregate_id, aggregate in batch.aggregates.items():
+                if isinstance(aggregate, CACHEABLE):
+                    self._cache[aggregate_id] = aggregate
+                    self._cache.move_to_end(aggregate_id)
+            while len(self._cache) > CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return [Recorded(position, event) for position, event in zip(ids or [0] * len(events), events)]
+
+    def _announce(self, recorded: list[Recorded]) -> None:
+        if not recorded:
+            return
+        for listener in self._listeners:
+            try:
+                listener(recorded)
+            except Exception:  # a listener's bug must not fail committed commands
+                log.exception("commit listener failed")
+
+    def _evict(self, aggregates: dict[UUID, Aggregate]) -> None:
+        with self._cache_lock:
+            for aggregate_id in aggregates:
+                self._cache.pop(aggregate_id, None)
+
+    def _load_for_write(self, cls: type[A], aggregate_id: UUID, *, fresh: bool) -> tuple[A | None, bool]:
+        if not fresh and cls in CACHEABLE:
+            with self._cache_lock:
+                cached = self._cache.get(aggregate_id)
+            if cached is not None and isinstance(cached, cls):
+                return cached.clone(), True  # type: ignore[return-value]
+        return self.load(cls, aggregate_id), False
+
+    # -- reads
+
+    def load(self, cls: type[A], aggregate_id: UUID) -> A | None:
+        """Rebuilds an aggregate from its stream (no cache)."""
+        try:
+            stored = self.recorder.select_events(aggregate_id)
+        except PersistenceError as error:
+            raise StoreUnavailable(f"store unavailable: {error}") from None
+        events = [self.codec.to_domain_event(s) for s in stored]
+        aggregate = cls.replay(events)
+        return aggregate if aggregate is None or isinstance(aggregate, cls) else None
+
+    def stream(self, aggregate_id: UUID) -> list[Recorded]:
+        """Every event of one aggregate with its position in the global log."""
+        if self.url.dialect == "sqlite":
+            sql = ("SELECT rowid, originator_version, topic, state FROM stored_events"
+                   " WHERE originator_id = %s ORDER BY originator_version")
+            key: Any = aggregate_id.hex
+        else:
+            sql = ("SELECT notification_id, originator_version, topic, state FROM stored_events"
+                   " WHERE originator_id = %s ORDER BY originator_version")
+            key = aggregate_id
+        rows = self.db.query(sql, (key,))
+        return [
+            Recorded(position, self.codec.decode(topic, aggregate_id, version, bytes(state)))
+            for position, version, topic, state in rows
+        ]
+
+    def read_log(self, after: int, limit: int) -> list[Recorded]:
+        """Events after a position, in log order."""
+        try:
+            notes = self.recorder.select_notifications(start=after, limit=limit, inclusive_of_start=False)
+        except PersistenceError as error:
+            raise StoreUnavailable(f"store unavailable: {error}") from None
+        return [
+            Recorded(n.id, self.codec.decode(n.topic, n.originator_id, n.originator_version, bytes(n.state)))
+            for n in notes
+        ]
+
+    def max_position(self) -> int:
+        return self.recorder.max_notification_id() or 0
+
+    def event_data(self, event: DomainEvent) -> dict[str, Any]:
+        return self.codec.event_data(event)
+
+    def claimable(self, endpoint_id: str, queues: Sequence[str], now: datetime, limit: int) -> list[UUID]:
+        """Todo ids of the endpoint claimable now in the given queues, oldest first."""
+        if not queues:
+            return []
+        marks = ", ".join(["%s"] * len(queues))
+        rows = self.db.query(
+            "SELECT todo_id FROM sb_claimable WHERE endpoint_id = %s AND available_at IS NOT NULL"
+            f" AND available_at <= %s AND queue IN ({marks}) ORDER BY created_at, todo_id LIMIT %s",
+            (endpoint_id, micros(now), *queues, limit),
+        )
+        return [UUID(hex=row[0][len(TODO_PREFIX):]) for row in rows]
+
+    @staticmethod
+    def todo_ref(todo_id: UUID) -> str:
+        return format_id(TODO_PREFIX, todo_id)

@@ -1,0 +1,123 @@
+"""Queries over the read models (the Views port). All SQL of the read side lives here."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from application.presenters import iso
+from domain.todo import MAX_ATTEMPTS
+from interfaces.store.database import Database
+from interfaces.store.projector import Projector
+from projections.base import from_micros, micros
+from projections.todo_rows import COLUMNS
+
+
+def _row(values: Sequence[Any]) -> dict[str, Any]:
+    r = dict(zip(COLUMNS, values))
+    return {
+        "id": r["todo_id"], "queue": r["queue"], "source": r["source"], "kind": r["kind"],
+        "title": r["title"], "state": r["state"], "trust_mode": r["trust_mode"], "owner": r["owner"],
+        "attempt": r["attempt"], "max_attempts": MAX_ATTEMPTS,
+        "lease_expires_at": iso(from_micros(r["lease_expires_at"])),
+        "next_retry_at": iso(from_micros(r["next_retry_at"])), "dead_letter": bool(r["dead_letter"]),
+        "created_at": iso(from_micros(r["created_at"])), "payload_size": r["payload_size"],
+    }
+
+
+class SqlViews:
+    """Reads the projections; `catch_up` first gives read-your-writes across processes."""
+
+    def __init__(self, db: Database, projector: Projector) -> None:
+        self.db = db
+        self.projector = projector
+
+    def catch_up(self) -> None:
+        self.projector.catch_up()
+
+    def list_todos(self, *, endpoint_ids: Sequence[str] | None, state: str | None, queue: str | None,
+                   limit: int, hide_queues: Sequence[str] = ()) -> list[dict[str, Any]]:
+        where, params = [], []
+        if endpoint_ids is not None:
+            if not endpoint_ids:
+                return []
+            where.append(f"endpoint_id IN ({', '.join(['%s'] * len(endpoint_ids))})")
+            params.extend(endpoint_ids)
+        if state is not None:
+            where.append("state = %s")
+            params.append(state)
+        if queue is not None:
+            where.append("queue = %s")
+            params.append(queue)
+        for hidden in hide_queues:
+            where.append("queue <> %s")
+            params.append(hidden)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        rows = self.db.query(
+            f"SELECT {', '.join(COLUMNS)} FROM sb_todo_rows{clause} ORDER BY created_at DESC, todo_id DESC LIMIT %s",
+            (*params, limit),
+        )
+        return [_row(r) for r in rows]
+
+    def queue_counts(self, endpoint_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Per queue and state: how many, and the oldest pending todo's creation time."""
+        where, params = "", []
+        if endpoint_ids is not None:
+            where = f" WHERE endpoint_id IN ({', '.join(['%s'] * len(endpoint_ids))})" if endpoint_ids else " WHERE 1 = 0"
+            params = list(endpoint_ids)
+        rows = self.db.query(
+            f"SELECT queue, state, dead_letter, count(*), min(created_at) FROM sb_todo_rows{where}"
+            " GROUP BY queue, state, dead_letter ORDER BY queue, state", params,
+        )
+        return [
+            {"queue": q, "state": s, "dead_letter": bool(d), "count": n,
+             "oldest_created_at": iso(from_micros(oldest)) if s == "pending" else None}
+            for q, s, d, n, oldest in rows
+        ]
+
+    def list_endpoints(self, *, owner: str | None) -> list[dict[str, Any]]:
+        where, params = ("WHERE owner = %s", (owner,)) if owner is not None else ("", ())
+        rows = self.db.query(
+            "SELECT endpoint_id, slug, agent, owner, queues, verbs, webhook_max, source_types, webhook_queues,"
+            f" default_lease_seconds, expires_at, revoked_at, created_at FROM sb_endpoints {where}"
+            " ORDER BY created_at, slug", params,
+        )
+        return [
+            {"endpoint_id": r[0], "slug": r[1], "agent": r[2], "owner": r[3], "queues": json.loads(r[4]),
+             "verbs": json.loads(r[5]), "webhook_max": r[6], "source_types": json.loads(r[7]),
+             "webhook_queues": json.loads(r[8]), "default_lease_ttl_seconds": r[9],
+             "expires_at": iso(from_micros(r[10])), "revoked": r[11] is not None,
+             "created_at": iso(from_micros(r[12]))}
+            for r in rows
+        ]
+
+    def endpoint_ids_of(self, owner: str) -> list[str]:
+        self.catch_up()
+        return [r[0] for r in self.db.query("SELECT endpoint_id FROM sb_endpoints WHERE owner = %s", (owner,))]
+
+    def held_todos(self, endpoint_id: str, holder: str) -> list[str]:
+        rows = self.db.query(
+            "SELECT todo_id FROM sb_todo_rows WHERE endpoint_id = %s AND state = 'claimed' AND owner = %s",
+            (endpoint_id, holder),
+        )
+        return [r[0] for r in rows]
+
+    def due_timers(self, now: datetime, limit: int) -> list[str]:
+        rows = self.db.query(
+            "SELECT todo_id FROM sb_timers WHERE due_at <= %s ORDER BY due_at LIMIT %s", (micros(now), limit)
+        )
+        return [r[0] for r in rows]
+
+    def next_due(self) -> datetime | None:
+        (value,), = self.db.query("SELECT min(due_at) FROM sb_timers")
+        return from_micros(value)
+
+    def subject_of_credential(self, sha256: str) -> tuple[str, str] | None:
+        rows = self.db.query("SELECT kind, subject_id FROM sb_credentials WHERE sha256 = %s", (sha256,))
+        return (rows[0][0], rows[0][1]) if rows else None
+
+    def operator_count(self) -> int:
+        (n,), = self.db.query("SELECT count(*) FROM sb_operators")
+        return n

@@ -1,0 +1,50 @@
+"""The claimable queue: which todos `claim_next` may take, oldest first. Written inline.
+
+One row per todo that is not done; `available_at` is when it can be claimed (null while
+claimed or dead-lettered). `claim_next` reads it; the write side still decides the claim.
+"""
+
+from __future__ import annotations
+
+from domain.events import DomainEvent
+from domain.names import TODO_PREFIX, format_id
+from domain.todo import (
+    LeaseExpired, TodoClaimed, TodoCompleted, TodoFailed, TodoOpened, TodoReleased, TodoRequeued,
+)
+from projections.base import Op, micros
+
+_SET = "UPDATE sb_claimable SET available_at = %s WHERE todo_id = %s"
+
+
+class ClaimableQueue:
+    name = "claimable"
+    inline = True
+    tables = ("sb_claimable",)
+    ddl = (
+        "CREATE TABLE IF NOT EXISTS sb_claimable (todo_id TEXT PRIMARY KEY, endpoint_id TEXT NOT NULL,"
+        " queue TEXT NOT NULL, created_at BIGINT NOT NULL, available_at BIGINT)",
+        "CREATE INDEX IF NOT EXISTS sb_claimable_next ON sb_claimable"
+        " (endpoint_id, queue, created_at) WHERE available_at IS NOT NULL",
+    )
+
+    def ops(self, event: DomainEvent, position: int | None) -> list[Op]:
+        todo_id = format_id(TODO_PREFIX, event.originator_id)
+        at = micros(event.timestamp)
+        match event:
+            case TodoOpened():
+                return [(
+                    "INSERT INTO sb_claimable (todo_id, endpoint_id, queue, created_at, available_at)"
+                    " VALUES (%s, %s, %s, %s, %s)",
+                    (todo_id, event.endpoint_id, event.queue, at, at),
+                )]
+            case TodoClaimed():
+                return [(_SET, (None, todo_id))]
+            case TodoCompleted():
+                return [("DELETE FROM sb_claimable WHERE todo_id = %s", (todo_id,))]
+            case TodoFailed():
+                return [(_SET, (None if event.dead_letter else micros(event.next_retry_at), todo_id))]
+            case LeaseExpired() | TodoReleased():
+                return [(_SET, (None if event.dead_letter else at, todo_id))]
+            case TodoRequeued():
+                return [(_SET, (at, todo_id))]
+        return []

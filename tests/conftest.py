@@ -1,0 +1,88 @@
+"""Shared fixtures: real SQLite files and real PostgreSQL databases (one fresh database per test).
+
+PostgreSQL tests skip with a reason when none is reachable, and fail instead when
+SWITCHBOARD_REQUIRE_POSTGRES=1 (as in CI).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+
+from application.ports import Clock, ManualClock
+from interfaces.bootstrap import Container, build
+from interfaces.settings import Settings
+
+PG_ADMIN_URL = os.environ.get("SWITCHBOARD_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+REQUIRE_PG = os.environ.get("SWITCHBOARD_REQUIRE_POSTGRES") == "1"
+
+
+def _pg_reason() -> str | None:
+    try:
+        with psycopg.connect(PG_ADMIN_URL, connect_timeout=3):
+            return None
+    except psycopg.Error as error:
+        return f"PostgreSQL not reachable at {PG_ADMIN_URL}: {str(error).strip().splitlines()[0]}"
+
+
+_PG_UNAVAILABLE = _pg_reason()
+
+
+def pg_database() -> Iterator[str]:
+    if _PG_UNAVAILABLE:
+        if REQUIRE_PG:
+            pytest.fail(f"SWITCHBOARD_REQUIRE_POSTGRES=1 but {_PG_UNAVAILABLE}")
+        pytest.skip(_PG_UNAVAILABLE)
+    name = f"sb_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = PG_ADMIN_URL.rsplit("/", 1)[0]
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for this test."""
+    yield from pg_database()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path}/switchboard.db"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request, tmp_path) -> Iterator[str]:
+    """The same test once on SQLite and once on PostgreSQL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/switchboard.db"
+    else:
+        yield from pg_database()
+
+
+@pytest.fixture
+def make_container(tmp_path) -> Iterator[Callable[..., Container]]:
+    """Builds containers on a URL (optionally with a clock); closes them after the test."""
+    built: list[Container] = []
+
+    def make(url: str, *, clock: Clock | None = None) -> Container:
+        container = build(Settings(database_url=url, data_dir=str(tmp_path)), clock=clock)
+        built.append(container)
+        return container
+
+    yield make
+    for container in built:
+        container.close()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
