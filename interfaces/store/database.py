@@ -124,6 +124,13 @@ class Database:
     def open(self) -> None:
         if self._pool is not None:
             try:
+                psycopg.connect(self.url.conninfo()).close()  # fails fast, unlike a pool
+            except psycopg.Error as error:
+                first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                raise StoreUnavailable(
+                    f"cannot reach PostgreSQL at {self.url.host}:{self.url.port}/{self.url.dbname}: {first}"
+                ) from None
+            try:
                 self._pool.open(wait=True, timeout=5)
             except psycopg_pool.PoolTimeout:
                 raise StoreUnavailable(

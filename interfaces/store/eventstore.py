@@ -130,15 +130,8 @@ class SqlEventStore:
         self.db = Database(url)
         self.projections = tuple(projections)
         self.inline = tuple(p for p in self.projections if p.inline)
-        if url.dialect == "sqlite":
-            self.datastore: Any = SQLiteDatastore(url.path, lock_timeout=30, pool_size=4, max_overflow=8)
-            self.recorder: Any = SqliteEventRecorder(self.datastore)
-        else:
-            self.datastore = PostgresDatastore(
-                url.dbname, url.host, url.port, url.user, url.password,
-                pool_size=4, max_overflow=8, connect_timeout=5, pool_open_timeout=5,
-            )
-            self.recorder = PostgresEventRecorder(self.datastore)
+        self.datastore: Any = None
+        self.recorder: Any = None
         self._cache: OrderedDict[UUID, Aggregate] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
@@ -152,7 +145,17 @@ class SqlEventStore:
     def open(self) -> SqlEventStore:
         """Connects and creates the tables (idempotent, safe with several processes)."""
         self.db.open()
+        url = self.url
         try:
+            if url.dialect == "sqlite":
+                self.datastore = SQLiteDatastore(url.path, lock_timeout=30, pool_size=4, max_overflow=8)
+                self.recorder = SqliteEventRecorder(self.datastore)
+            else:
+                self.datastore = PostgresDatastore(
+                    url.dbname, url.host, url.port, url.user, url.password,
+                    pool_size=4, max_overflow=8, connect_timeout=5, pool_open_timeout=5,
+                )
+                self.recorder = PostgresEventRecorder(self.datastore)
             if self.url.dialect == "postgres":
                 with self.db.transaction() as tx:
                     tx.execute("SELECT pg_advisory_xact_lock(715517)")
@@ -183,7 +186,8 @@ class SqlEventStore:
             self._jobs.put(None)
             self._writer.join(timeout=5)
         self.db.close()
-        self.datastore.close()
+        if self.datastore is not None:
+            self.datastore.close()
 
     def subscribe(self, listener: Callable[[list[Recorded]], None]) -> None:
         """Calls `listener` on the writer thread after each commit; it must be quick."""

@@ -33,10 +33,11 @@ HOLDERS = ("endpoint:alpha-aaaa", "endpoint:beta-bbbb", "operator:admin")
 OPERATOR = "operator:admin"
 BIG_RESULT = "x" * 70_000
 
-todo_index = st.integers(min_value=0, max_value=2)
+todo_index = st.integers(min_value=0, max_value=5)  # 0-2: that todo; 3-5: one the rule suits, if any
 holders = st.sampled_from(HOLDERS)
+actors = st.sampled_from(("the holder", "the holder", *HOLDERS))  # who calls a holder command
 requested_leases = st.sampled_from([None, 0, -10, 1, 30, 60, 120, 300, 600, 100_000])
-token_choices = st.sampled_from(["none", "right", "wrong"])
+token_choices = st.sampled_from(["right", "right", "none", "wrong"])
 results = st.sampled_from([None, {"ok": True}, BIG_RESULT])
 summaries = st.sampled_from([None, "short", "é" * 1500])
 
@@ -114,8 +115,11 @@ class TodoLifecycle(RuleBasedStateMachine):
 
     # -- driving helpers
 
-    def pick(self, index: int) -> tuple[Todo, Model, list]:
-        i = index % len(self.todos)
+    def pick(self, index: int, suits=lambda model: True) -> tuple[Todo, Model, list]:
+        candidates = range(len(self.todos))
+        if index >= 3:
+            candidates = [i for i in candidates if suits(self.models[i])] or candidates
+        i = candidates[index % len(candidates)]
         return self.todos[i], self.models[i], self.histories[i]
 
     def refused(self, todo: Todo, history: list, command, error=Conflict) -> None:
@@ -143,6 +147,11 @@ class TodoLifecycle(RuleBasedStateMachine):
         model.accepted += 1
         return event
 
+    def caller(self, model: Model, actor: str) -> str:
+        if actor == "the holder":
+            return model.holder or HOLDERS[0]
+        return actor
+
     def token_for(self, model: Model, choice: str) -> str | None:
         if choice == "none":
             return None
@@ -159,7 +168,7 @@ class TodoLifecycle(RuleBasedStateMachine):
     @rule(index=todo_index, holder=holders, fenced=st.booleans(), requested=requested_leases,
           claimant=st.sampled_from([None, "bot", "ß" * 100]))
     def claim(self, index, holder, fenced, requested, claimant) -> None:
-        todo, model, history = self.pick(index)
+        todo, model, history = self.pick(index, lambda m: m.claimable(self.now))
         token = None
         if fenced:
             self.tokens_issued += 1
@@ -181,9 +190,10 @@ class TodoLifecycle(RuleBasedStateMachine):
         assert event.lease_expires_at == model.lease_until
         assert event.claimant is None or len(event.claimant.encode()) <= 128
 
-    @rule(index=todo_index, holder=holders, choice=token_choices, requested=requested_leases)
+    @rule(index=todo_index, holder=actors, choice=token_choices, requested=requested_leases)
     def heartbeat(self, index, holder, choice, requested) -> None:
-        todo, model, history = self.pick(index)
+        todo, model, history = self.pick(index, lambda m: m.state == "claimed")
+        holder = self.caller(model, holder)
         token = self.token_for(model, choice)
         lease = model_lease(requested)
         command = lambda: todo.heartbeat(now=self.now, holder=holder, lease=lease, fence_token=token)  # noqa: E731
@@ -194,9 +204,10 @@ class TodoLifecycle(RuleBasedStateMachine):
         model.lease_until = self.now + lease
         assert event.lease_expires_at == model.lease_until
 
-    @rule(index=todo_index, holder=holders, choice=token_choices, result=results, summary=summaries)
+    @rule(index=todo_index, holder=actors, choice=token_choices, result=results, summary=summaries)
     def complete(self, index, holder, choice, result, summary) -> None:
-        todo, model, history = self.pick(index)
+        todo, model, history = self.pick(index, lambda m: m.state == "claimed")
+        holder = self.caller(model, holder)
         token = self.token_for(model, choice)
         command = lambda: todo.complete(  # noqa: E731
             now=self.now, holder=holder, result=result, summary=summary, fence_token=token,
@@ -212,9 +223,10 @@ class TodoLifecycle(RuleBasedStateMachine):
         model.end_attempt("completed")
         model.state = "done"
 
-    @rule(index=todo_index, holder=holders, choice=token_choices, result=results, summary=summaries)
+    @rule(index=todo_index, holder=actors, choice=token_choices, result=results, summary=summaries)
     def fail(self, index, holder, choice, result, summary) -> None:
-        todo, model, history = self.pick(index)
+        todo, model, history = self.pick(index, lambda m: m.state == "claimed")
+        holder = self.caller(model, holder)
         token = self.token_for(model, choice)
         command = lambda: todo.fail(  # noqa: E731
             now=self.now, holder=holder, result=result, summary=summary, fence_token=token,
@@ -234,9 +246,10 @@ class TodoLifecycle(RuleBasedStateMachine):
             model.retry_at = self.now + model_backoff(model.attempt)
         assert (event.dead_letter, event.next_retry_at) == (model.dead, model.retry_at)
 
-    @rule(index=todo_index, holder=holders, choice=token_choices, summary=summaries)
+    @rule(index=todo_index, holder=actors, choice=token_choices, summary=summaries)
     def release(self, index, holder, choice, summary) -> None:
-        todo, model, history = self.pick(index)
+        todo, model, history = self.pick(index, lambda m: m.state == "claimed")
+        holder = self.caller(model, holder)
         token = self.token_for(model, choice)
         command = lambda: todo.release(now=self.now, holder=holder, summary=summary, fence_token=token)  # noqa: E731
         if not model.holds(holder, token, self.now):
@@ -249,7 +262,7 @@ class TodoLifecycle(RuleBasedStateMachine):
 
     @rule(index=todo_index)
     def revoke_the_holder(self, index) -> None:
-        todo, model, history = self.pick(index)
+        todo, model, history = self.pick(index, lambda m: m.state == "claimed")
         command = lambda: todo.revoke_lease(now=self.now, actor=OPERATOR)  # noqa: E731
         if model.state != "claimed":
             self.refused(todo, history, command)
@@ -261,7 +274,7 @@ class TodoLifecycle(RuleBasedStateMachine):
 
     @rule(index=todo_index)
     def expire_lease(self, index) -> None:
-        todo, model, history = self.pick(index)
+        todo, model, history = self.pick(index, lambda m: m.state == "claimed")
         command = lambda: todo.expire_lease(now=self.now)  # noqa: E731
         if not (model.state == "claimed" and model.lease_until <= self.now):
             self.refused(todo, history, command)
@@ -272,7 +285,7 @@ class TodoLifecycle(RuleBasedStateMachine):
 
     @rule(index=todo_index)
     def requeue_due(self, index) -> None:
-        todo, model, history = self.pick(index)
+        todo, model, history = self.pick(index, lambda m: m.state == "failed")
         command = lambda: todo.requeue_due(now=self.now)  # noqa: E731
         if not (model.state == "failed" and not model.dead and model.retry_at <= self.now):
             self.refused(todo, history, command)
@@ -283,7 +296,7 @@ class TodoLifecycle(RuleBasedStateMachine):
 
     @rule(index=todo_index)
     def operator_retry(self, index) -> None:
-        todo, model, history = self.pick(index)
+        todo, model, history = self.pick(index, lambda m: m.state == "failed")
         command = lambda: todo.retry_now(now=self.now, actor=OPERATOR)  # noqa: E731
         if model.state != "failed":
             self.refused(todo, history, command)
@@ -292,19 +305,21 @@ class TodoLifecycle(RuleBasedStateMachine):
         assert event.fresh_budget is True
         model.state, model.retry_at, model.dead, model.attempt = "pending", None, False, 0
 
-    @rule(index=todo_index)
-    def drive_a_todo_to_its_dead_letter(self, index) -> None:
-        """Spends the remaining budget in one step, so dead letters show up often."""
-        todo, model, history = self.pick(index)
+    @rule(index=todo_index, fenced=st.booleans())
+    def bring_a_todo_to_its_last_attempt(self, index, fenced) -> None:
+        """Spends the budget but one in a single step and claims the last attempt, so the
+        random commands that follow often decide a 5th attempt."""
+        index %= len(self.todos)
+        _, model, _ = self.pick(index)
         if model.state != "pending":
             return
-        while model.state == "pending":
+        while model.attempt < BUDGET - 1:
             self.claim(index, HOLDERS[0], False, 60, None)
-            self.fail(index, HOLDERS[0], "none", None, None)
-            if not model.dead:
-                self.now = model.retry_at
-                self.requeue_due(index)
-        assert model.dead
+            self.fail(index, "the holder", "none", None, None)
+            self.now = model.retry_at
+            self.requeue_due(index)
+        self.claim(index, HOLDERS[0], fenced, 300, "last")
+        assert (model.state, model.attempt) == ("claimed", BUDGET)
 
     # -- invariants
 

@@ -1,0 +1,28 @@
+# Everything the project needs is installed by these targets into ./.venv.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-dev
+
+.PHONY: run test bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+## make run: serve on SQLite under ./var/ (prints the board URL and, first time, the admin password)
+run: $(STAMP)
+	$(VENV)/bin/switchboard serve
+
+## make test: the whole suite (PostgreSQL tests skip when none is reachable)
+test: $(STAMP)
+	$(PY) -m pytest
+
+## make bench: benchmarks with ratios against baselines measured in the same run
+bench: $(STAMP)
+	$(PY) bench/claim_complete.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .hypothesis

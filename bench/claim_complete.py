@@ -1,0 +1,454 @@
+"""Claim/complete throughput of Switchboard against a raw-SQL queue, plus projection rebuild speed.
+
+Run:  .venv/bin/python bench/claim_complete.py [--todos 5000] [--workers 8] [--pg-url URL] [--quick]
+
+Every PostgreSQL database used here is created fresh on the admin URL (`bench_<run id>_...`)
+and dropped at the end, even on failure. Phases, all in one run:
+
+1. Switchboard on PostgreSQL: vend one endpoint (queue "work"), push N todos (not timed,
+   from the worker threads to be quick), then time W threads each looping
+   `claim_next` + `complete` until the queue is empty.
+2. Raw SQL baseline on the same server: one table, W threads with their own autocommit
+   connection, `FOR UPDATE SKIP LOCKED` claim in one transaction, complete in another.
+3. Phases 1 and 2 alternate `--rounds` times (default 2); each ratio, the best and the median.
+4. The same Switchboard workload on a temporary SQLite file.
+5. `Projector.rebuild()` speed (events/s) on PostgreSQL (~100k events) and on SQLite.
+
+`--profile DIR` also writes cProfile files (one per worker thread and one for the writer
+thread) for the first Switchboard/PostgreSQL round, and prints the top functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import logging
+import os
+import pstats
+import secrets
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from application.service import Caller  # noqa: E402
+from interfaces.bootstrap import Container, build  # noqa: E402
+from interfaces.settings import Settings  # noqa: E402
+
+ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+class Databases:
+    """Fresh PostgreSQL databases for this run; all dropped by `drop_all()`."""
+
+    def __init__(self, admin_url: str) -> None:
+        self.admin_url = admin_url
+        self.base = admin_url.rsplit("/", 1)[0]
+        self.run_id = secrets.token_hex(4)
+        self.names: list[str] = []
+
+    def create(self, label: str) -> str:
+        name = f"bench_{self.run_id}_{label}"
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        self.names.append(name)
+        return f"{self.base}/{name}"
+
+    def drop(self, url: str) -> None:
+        name = url.rsplit("/", 1)[1]
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if name in self.names:
+            self.names.remove(name)
+
+    def drop_all(self) -> None:
+        for name in list(self.names):
+            try:
+                with psycopg.connect(self.admin_url, autocommit=True) as conn:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                self.names.remove(name)
+            except psycopg.Error as error:  # pragma: no cover - best effort
+                print(f"  ! could not drop {name}: {error}", file=sys.stderr)
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+def run_threads(count: int, target: Callable[[int, threading.Barrier], int]) -> tuple[float, list[int], list[BaseException]]:
+    """Starts `count` threads that wait on a barrier; returns (seconds from release to last done, results, errors)."""
+    barrier = threading.Barrier(count + 1)
+    results = [0] * count
+    errors: list[BaseException] = []
+
+    def body(i: int) -> None:
+        try:
+            results[i] = target(i, barrier)
+        except BaseException as error:  # noqa: BLE001 - report, never hang
+            errors.append(error)
+            try:
+                barrier.abort()
+            except threading.BrokenBarrierError:
+                pass
+
+    threads = [threading.Thread(target=body, args=(i,), name=f"bench-worker-{i}") for i in range(count)]
+    for t in threads:
+        t.start()
+    try:
+        barrier.wait()
+    except threading.BrokenBarrierError:
+        pass
+    start = time.perf_counter()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - start, results, errors
+
+
+def payload_for(i: int) -> dict:
+    return {"n": i, "kind": "bench", "text": "x" * 64}
+
+
+# -- Switchboard -----------------------------------------------------------------------
+
+
+def make_container(url: str, data_dir: str) -> Container:
+    return build(Settings(database_url=url, data_dir=data_dir))
+
+
+def setup_endpoint(container: Container) -> str:
+    app = container.app
+    app.ensure_admin()
+    return app.vend("bench", queues=["work"], caller=Caller.cli())["slug"]
+
+
+def push_todos(container: Container, slug: str, count: int, threads: int, start_at: int = 0) -> float:
+    app, cli = container.app, Caller.cli()
+    started = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in pool.map(
+            lambda i: app.push(slug, f"todo {i}", caller=cli, payload=payload_for(i)),
+            range(start_at, start_at + count),
+        ):
+            pass
+    return time.perf_counter() - started
+
+
+def drain(container: Container, slug: str, workers: int, profile_dir: str | None = None) -> tuple[float, int, list[BaseException]]:
+    """W threads loop claim_next + complete until empty; returns (seconds, todos completed, errors)."""
+    app = container.app
+    caller = Caller("endpoint", slug)
+
+    def work(i: int, barrier: threading.Barrier) -> int:
+        profiler = cProfile.Profile() if profile_dir else None
+        barrier.wait()
+        if profiler:
+            profiler.enable()
+        done = 0
+        try:
+            while True:
+                claimed = app.claim_next(caller=caller)
+                if claimed["empty"]:
+                    return done
+                app.complete(claimed["todo"]["id"], caller=caller)
+                done += 1
+        finally:
+            if profiler:
+                profiler.disable()
+                profiler.dump_stats(os.path.join(profile_dir, f"worker-{i}.prof"))
+
+    seconds, results, errors = run_threads(workers, work)
+    return seconds, sum(results), errors
+
+
+def profile_writer(container: Container, profile_dir: str) -> None:
+    """Wraps the store's writer loop (before it starts) in a cProfile profiler."""
+    store = container.store
+    original = store._write_loop
+
+    def profiled() -> None:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        try:
+            original()
+        finally:
+            profiler.disable()
+            profiler.dump_stats(os.path.join(profile_dir, "writer.prof"))
+
+    store._write_loop = profiled  # type: ignore[method-assign]
+
+
+def switchboard_round(url: str, todos: int, workers: int, data_dir: str, *, profile_dir: str | None = None,
+                      keep: bool = False) -> dict:
+    container = make_container(url, data_dir)
+    try:
+        slug = setup_endpoint(container)
+        push_seconds = push_todos(container, slug, todos, workers)
+        if profile_dir:
+            # the writer thread already runs; restart it under the profiler
+            store = container.store
+            store._jobs.put(None)
+            store._writer.join()
+            store._writer = None
+            profile_writer(container, profile_dir)
+        seconds, done, errors = drain(container, slug, workers, profile_dir)
+        events = container.store.max_position()
+        if profile_dir:
+            store = container.store
+            store._jobs.put(None)
+            store._writer.join()
+            store._writer = None
+            del store._write_loop  # back to the unprofiled loop
+        result = {
+            "rate": done / seconds if seconds else 0.0, "seconds": seconds, "done": done,
+            "errors": errors, "push_rate": todos / push_seconds, "events": events,
+        }
+        if keep:
+            result["container"] = container
+            result["slug"] = slug
+        return result
+    finally:
+        if not keep:
+            container.close()
+
+
+# -- raw SQL baseline ------------------------------------------------------------------
+
+RAW_DDL = (
+    "CREATE TABLE q (id bigserial PRIMARY KEY, queue text NOT NULL, state text NOT NULL,"
+    " payload jsonb, claimed_by text, lease_expires_at timestamptz, created_at timestamptz NOT NULL DEFAULT now())",
+    "CREATE INDEX q_pending ON q (id) WHERE state = 'pending'",
+)
+RAW_CLAIM = (
+    "UPDATE q SET state = 'claimed', claimed_by = %s, lease_expires_at = now() + interval '5 min'"
+    " WHERE id = (SELECT id FROM q WHERE state = 'pending' ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1)"
+    " RETURNING id, payload"
+)
+RAW_COMPLETE = "UPDATE q SET state = 'done' WHERE id = %s"
+
+
+def raw_round(url: str, todos: int, workers: int) -> dict:
+    with psycopg.connect(url, autocommit=True) as conn:
+        for statement in RAW_DDL:
+            conn.execute(statement)
+        with conn.cursor() as cur:
+            with cur.copy("COPY q (queue, state, payload) FROM STDIN") as copy:
+                for i in range(todos):
+                    copy.write_row(("work", "pending", psycopg.types.json.Jsonb(payload_for(i))))
+        conn.execute("VACUUM ANALYZE q")
+        conn.execute("CHECKPOINT")
+
+    connections = [psycopg.connect(url, autocommit=True) for _ in range(workers)]
+    for c in connections:
+        c.execute("SET synchronous_commit = on")
+
+    def work(i: int, barrier: threading.Barrier) -> int:
+        conn, me = connections[i], f"worker-{i}"
+        barrier.wait()
+        done = 0
+        while True:
+            row = conn.execute(RAW_CLAIM, (me,), prepare=True).fetchone()
+            if row is None:
+                return done
+            conn.execute(RAW_COMPLETE, (row[0],), prepare=True)
+            done += 1
+
+    try:
+        seconds, results, errors = run_threads(workers, work)
+    finally:
+        for c in connections:
+            c.close()
+    done = sum(results)
+    return {"rate": done / seconds if seconds else 0.0, "seconds": seconds, "done": done, "errors": errors}
+
+
+# -- rebuild ---------------------------------------------------------------------------
+
+
+def top_up(container: Container, slug: str, target_events: int, threads: int) -> float:
+    """Adds events through the application until the log holds about `target_events`.
+
+    Three quarters as push/claim/complete cycles (3 events a todo), the rest as plain pushes.
+    """
+    started = time.perf_counter()
+    missing = target_events - container.store.max_position()
+    if missing <= 0:
+        return 0.0
+    cycles = (missing * 3 // 4) // 3
+    pushes = missing - 3 * cycles
+    base = container.store.max_position() + 1_000_000
+    if cycles:
+        push_todos(container, slug, cycles, threads, start_at=base)
+        drain(container, slug, threads)
+    if pushes > 0:
+        push_todos(container, slug, pushes, threads, start_at=base + cycles)
+    return time.perf_counter() - started
+
+
+def time_rebuild(container: Container) -> dict:
+    events = container.store.max_position()
+    started = time.perf_counter()
+    counts = container.projector.rebuild()
+    seconds = time.perf_counter() - started
+    applied = max(counts.values()) if counts else 0
+    return {"events": events, "applied": applied, "seconds": seconds, "rate": applied / seconds if seconds else 0.0}
+
+
+# -- profile report --------------------------------------------------------------------
+
+
+def print_profile(profile_dir: str, top: int) -> None:
+    files = sorted(Path(profile_dir).glob("*.prof"))
+    writer = [str(f) for f in files if f.name == "writer.prof"]
+    workers = [str(f) for f in files if f.name.startswith("worker-")]
+    for label, group in (("writer thread", writer), ("worker threads (all merged)", workers)):
+        if not group:
+            continue
+        log(f"\n--- cProfile: {label}, by own time ---")
+        stats = pstats.Stats(*group)
+        stats.sort_stats("tottime").print_stats(top)
+        log(f"--- cProfile: {label}, by cumulative time ---")
+        stats.sort_stats("cumulative").print_stats(top)
+
+
+# -- main ------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--todos", type=int, default=5000, help="todos per PostgreSQL round (default 5000)")
+    parser.add_argument("--workers", type=int, default=8, help="worker threads (default 8)")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating switchboard/raw pairs (default 2)")
+    parser.add_argument("--pg-url", default=ADMIN_URL, help=f"admin URL used to create databases (default {ADMIN_URL})")
+    parser.add_argument("--sqlite-todos", type=int, default=2000, help="todos for the SQLite round (default 2000)")
+    parser.add_argument("--rebuild-events", type=int, default=100_000, help="events for the PostgreSQL rebuild (default 100000)")
+    parser.add_argument("--sqlite-rebuild-events", type=int, default=20_000, help="events for the SQLite rebuild (default 20000)")
+    parser.add_argument("--fill-threads", type=int, default=16, help="threads that generate rebuild events (default 16)")
+    parser.add_argument("--skip-sqlite", action="store_true", help="skip the SQLite phases")
+    parser.add_argument("--skip-rebuild", action="store_true", help="skip the rebuild phases")
+    parser.add_argument("--profile", metavar="DIR", help="cProfile the first Switchboard/PostgreSQL drain into DIR")
+    parser.add_argument("--profile-top", type=int, default=25, help="rows of each profile table (default 25)")
+    parser.add_argument("--quick", action="store_true",
+                        help="about one minute: 1500 todos, 1 round, 600 SQLite todos, 20k/6k rebuild events")
+    args = parser.parse_args()
+    if args.quick:
+        args.todos, args.rounds, args.sqlite_todos = min(args.todos, 1500), 1, min(args.sqlite_todos, 600)
+        args.rebuild_events, args.sqlite_rebuild_events = min(args.rebuild_events, 20_000), min(args.sqlite_rebuild_events, 6_000)
+
+    logging.basicConfig(level=logging.WARNING)
+    dbs = Databases(args.pg_url)
+    tmp = tempfile.TemporaryDirectory(prefix="sb-bench-")
+    summary: dict = {"pairs": []}
+    total_started = time.perf_counter()
+    log(f"claim/complete bench: {args.todos} todos, {args.workers} workers, {args.rounds} round(s), "
+        f"PostgreSQL via {args.pg_url}, run id {dbs.run_id}")
+    with psycopg.connect(args.pg_url) as conn:
+        settings = dict(conn.execute(
+            "SELECT name, setting FROM pg_settings WHERE name IN"
+            " ('synchronous_commit', 'fsync', 'wal_sync_method', 'commit_delay', 'shared_buffers', 'server_version')"
+        ).fetchall())
+    log("server: " + ", ".join(f"{k}={v}" for k, v in sorted(settings.items())))
+
+    keep_for_rebuild = None
+    try:
+        # 1-3: alternate switchboard and raw
+        for r in range(1, args.rounds + 1):
+            url = dbs.create(f"sb{r}")
+            last = r == args.rounds and not args.skip_rebuild
+            sb = switchboard_round(url, args.todos, args.workers, tmp.name,
+                                   profile_dir=args.profile if r == 1 else None, keep=last)
+            log(f"[round {r}] switchboard/pg: {sb['rate']:8.1f} todos/s  ({sb['done']} in {sb['seconds']:.2f}s;"
+                f" push {sb['push_rate']:.0f}/s untimed; {sb['events']} events; errors {len(sb['errors'])})")
+            for e in sb["errors"][:3]:
+                log(f"    error: {e!r}")
+            if last:
+                keep_for_rebuild = (sb.pop("container"), sb.pop("slug"), url)
+            else:
+                dbs.drop(url)
+
+            url = dbs.create(f"raw{r}")
+            raw = raw_round(url, args.todos, args.workers)
+            dbs.drop(url)
+            log(f"[round {r}] raw sql/pg:     {raw['rate']:8.1f} todos/s  ({raw['done']} in {raw['seconds']:.2f}s;"
+                f" errors {len(raw['errors'])})")
+            ratio = sb["rate"] / raw["rate"] if raw["rate"] else 0.0
+            log(f"[round {r}] ratio switchboard/raw = {ratio:.3f}")
+            summary["pairs"].append((sb["rate"], raw["rate"], ratio, sb["done"], raw["done"]))
+
+        if args.profile:
+            print_profile(args.profile, args.profile_top)
+
+        # 4: SQLite
+        if not args.skip_sqlite:
+            path = os.path.join(tmp.name, "bench.db")
+            sq = switchboard_round(f"sqlite:///{path}", args.sqlite_todos, args.workers, tmp.name,
+                                   keep=not args.skip_rebuild)
+            log(f"switchboard/sqlite: {sq['rate']:8.1f} todos/s  ({sq['done']} in {sq['seconds']:.2f}s;"
+                f" push {sq['push_rate']:.0f}/s untimed; errors {len(sq['errors'])})")
+            summary["sqlite"] = sq["rate"], sq["done"]
+            if not args.skip_rebuild:
+                container, slug = sq.pop("container"), sq.pop("slug")
+                try:
+                    fill = top_up(container, slug, args.sqlite_rebuild_events, args.fill_threads)
+                    log(f"sqlite: topped up to {container.store.max_position()} events in {fill:.1f}s (untimed)")
+                    rb = time_rebuild(container)
+                    log(f"rebuild/sqlite: {rb['rate']:8.0f} events/s  ({rb['applied']} events in {rb['seconds']:.2f}s)")
+                    summary["rebuild_sqlite"] = rb
+                finally:
+                    container.close()
+
+        # 5: PostgreSQL rebuild
+        if keep_for_rebuild is not None:
+            container, slug, url = keep_for_rebuild
+            try:
+                fill = top_up(container, slug, args.rebuild_events, args.fill_threads)
+                log(f"postgres: topped up to {container.store.max_position()} events in {fill:.1f}s (untimed)")
+                rb = time_rebuild(container)
+                log(f"rebuild/pg: {rb['rate']:8.0f} events/s  ({rb['applied']} events in {rb['seconds']:.2f}s)")
+                summary["rebuild_pg"] = rb
+            finally:
+                container.close()
+                dbs.drop(url)
+    finally:
+        dbs.drop_all()
+        tmp.cleanup()
+
+    # summary
+    pairs = summary["pairs"]
+    ratios = [p[2] for p in pairs]
+    log("\n================ SUMMARY ================")
+    log(f"workload: {args.todos} todos per PostgreSQL round, {args.workers} worker threads, claim_next + complete")
+    for i, (sb, raw, ratio, sb_done, raw_done) in enumerate(pairs, 1):
+        log(f"round {i}: switchboard/pg {sb:8.1f} todos/s | raw sql {raw:8.1f} todos/s | ratio {ratio:.3f}"
+            f"  (completed {sb_done}/{raw_done})")
+    if ratios:
+        sb_rates = [p[0] for p in pairs]
+        raw_rates = [p[1] for p in pairs]
+        log(f"switchboard/pg median {statistics.median(sb_rates):8.1f} todos/s, best {max(sb_rates):8.1f}")
+        log(f"raw sql/pg     median {statistics.median(raw_rates):8.1f} todos/s, best {max(raw_rates):8.1f}")
+        verdict = "MEETS" if max(ratios) >= 0.5 else "BELOW"
+        log(f"ratio switchboard/raw: best {max(ratios):.3f}, median {statistics.median(ratios):.3f}"
+            f"  (target >= 0.5: {verdict})")
+    if "sqlite" in summary:
+        rate, done = summary["sqlite"]
+        log(f"switchboard/sqlite: {rate:8.1f} todos/s ({done} todos)")
+    for key, label in (("rebuild_pg", "rebuild/pg"), ("rebuild_sqlite", "rebuild/sqlite")):
+        if key in summary:
+            rb = summary[key]
+            log(f"{label}: {rb['rate']:8.0f} events/s ({rb['applied']} events in {rb['seconds']:.2f}s)")
+    log(f"total wall time: {time.perf_counter() - total_started:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,351 @@
+"""The `switchboard` command line (CONTRACT §2, §11): thin adapters over the application.
+
+Exit codes: 0 ok, 1 refused (or the store/settings unusable), 2 usage error.
+`--json` (anywhere on the line) prints one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from application.errors import ConfigurationError, StoreUnavailable
+from application.service import Caller
+from domain.errors import DomainError, InvalidArgument
+from interfaces.settings import Settings
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
+
+
+class Usage(Exception):
+    """A malformed command line that argparse could not catch (exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+# -- argument helpers ----------------------------------------------------------------------
+
+
+def parse_ttl(text: str) -> int | None:
+    """`<n>s|m|h|d` in seconds, or None for `never`."""
+    if text == "never":
+        return None
+    match = re.fullmatch(r"(\d+)([smhd])", text)
+    if not match or int(match.group(1)) == 0:
+        raise Usage(f"bad --ttl {text!r}: expected <n>s|m|h|d or never")
+    return int(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+
+
+def parse_json_arg(text: str, what: str) -> Any:
+    """A JSON value given inline or as @file."""
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text()
+        except OSError as error:
+            raise InvalidArgument(f"cannot read {what} file: {error.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InvalidArgument(f"{what} is not valid JSON: {error.msg}") from None
+
+
+def comma_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+# -- output --------------------------------------------------------------------------------
+
+
+class Output:
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+
+    def emit(self, document: Any, text: Callable[[Any], str] | None = None) -> None:
+        if self.as_json:
+            print(json.dumps(document, indent=2, sort_keys=False, default=str))
+        else:
+            print(text(document) if text else _pairs(document))
+
+
+def _pairs(document: dict[str, Any]) -> str:
+    lines = []
+    for key, value in document.items():
+        shown = json.dumps(value) if isinstance(value, (dict, list)) else ("" if value is None else value)
+        lines.append(f"{key}: {shown}")
+    return "\n".join(lines)
+
+
+def _table(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
+    if not rows:
+        return "(none)"
+    cells = [[("" if r.get(c) is None else str(r.get(c))) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    head = "  ".join(c.upper().ljust(w) for c, w in zip(columns, widths))
+    return "\n".join([head] + ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells])
+
+
+# -- commands ------------------------------------------------------------------------------
+
+
+def _container(args: argparse.Namespace):
+    from interfaces.bootstrap import build
+
+    settings = Settings.from_env().with_overrides(database_url=args.database_url)
+    return build(settings)
+
+
+def cmd_serve(args: argparse.Namespace, out: Output) -> int:
+    from interfaces.http.server import serve
+
+    settings = Settings.from_env().with_overrides(
+        database_url=args.database_url, host=args.host, port=args.port, base_url=args.base_url,
+        data_dir=args.data_dir,
+    )
+    if args.port is not None and args.base_url is None and "SWITCHBOARD_BASE_URL" not in __import__("os").environ:
+        settings = settings.with_overrides(base_url=f"http://{settings.host}:{settings.port}")
+    return serve(settings)
+
+
+def cmd_operator_create(args, out: Output) -> int:
+    password = None
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    with _closing(_container(args)) as c:
+        result = c.app.create_operator(args.name, password, caller=Caller.cli())
+    out.emit(result, lambda r: f"operator {r['name']} created" + (f"\npassword: {r['password']}" if r["password"] else ""))
+    return EXIT_OK
+
+
+def cmd_operator_token(args, out: Output) -> int:
+    with _closing(_container(args)) as c:
+        result = c.app.mint_operator_token(args.name, caller=Caller.cli())
+    out.emit(result, lambda r: f"token: {r['token']}\n(shown once: store it now)")
+    return EXIT_OK
+
+
+def cmd_endpoint_vend(args, out: Output) -> int:
+    with _closing(_container(args)) as c:
+        result = c.app.vend(
+            args.agent, queues=args.queue, caller=Caller.cli(),
+            verbs=comma_list(args.verbs) if args.verbs is not None else None,
+            webhook_max=args.webhook_max,
+            source_types=comma_list(args.source_types) if args.source_types is not None else None,
+            webhook_queues=args.webhook_queue, ttl_seconds=parse_ttl(args.ttl),
+            default_lease_seconds=args.default_lease, owner=args.owner,
+        )
+    out.emit(result)
+    return EXIT_OK
+
+
+def cmd_endpoint_list(args, out: Output) -> int:
+    with _closing(_container(args)) as c:
+        rows = c.app.list_endpoints(caller=Caller.cli())
+    out.emit({"endpoints": rows}, lambda d: _table(
+        [r | {"queues": ",".join(r["queues"]), "state": "revoked" if r["revoked"] else "active"} for r in d["endpoints"]],
+        ("slug", "endpoint_id", "owner", "queues", "state", "expires_at"),
+    ))
+    return EXIT_OK
+
+
+def cmd_endpoint_revoke(args, out: Output) -> int:
+    with _closing(_container(args)) as c:
+        result = c.app.revoke(args.ref, caller=Caller.cli())
+    out.emit(result, lambda r: f"endpoint {r['slug']} revoked; {r['released_leases']} lease(s) released")
+    return EXIT_OK
+
+
+def cmd_todo_push(args, out: Output) -> int:
+    payload = parse_json_arg(args.payload, "payload") if args.payload is not None else None
+    with _closing(_container(args)) as c:
+        result = c.app.push(args.endpoint, args.title, caller=Caller.cli(), queue=args.queue, payload=payload, key=args.key)
+    out.emit(result, lambda r: f"{r['todo']['id']} {'created' if r['created'] else 'exists'} on {r['todo']['queue']}")
+    return EXIT_OK
+
+
+TODO_COLUMNS = ("id", "queue", "state", "attempt", "owner", "created_at", "title")
+
+
+def cmd_todo_list(args, out: Output) -> int:
+    with _closing(_container(args)) as c:
+        rows = c.app.list_todos(caller=Caller.cli(), endpoint=args.endpoint, state=args.state, queue=args.queue, limit=args.limit)
+    out.emit({"todos": rows}, lambda d: _table(d["todos"], TODO_COLUMNS))
+    return EXIT_OK
+
+
+def cmd_todo_show(args, out: Output) -> int:
+    with _closing(_container(args)) as c:
+        todo = c.app.get_todo(args.id, caller=Caller.cli())
+    out.emit(todo)
+    return EXIT_OK
+
+
+def cmd_todo_retry(args, out: Output) -> int:
+    with _closing(_container(args)) as c:
+        row = c.app.retry(args.id, caller=Caller.cli())
+    out.emit(row, lambda r: f"{r['id']} {r['state']} (attempt {r['attempt']}/{r['max_attempts']})")
+    return EXIT_OK
+
+
+def cmd_todo_history(args, out: Output) -> int:
+    with _closing(_container(args)) as c:
+        history = c.app.history(args.id, caller=Caller.cli())
+    out.emit({"events": history["events"]}, lambda d: "\n".join(
+        f"{e['position']:>8}  v{e['version']:<3} {e['time']}  {e['type']:<14} {e['actor']:<28} {e['cause']:<16} "
+        + json.dumps(e["data"], separators=(",", ":"))
+        for e in d["events"]
+    ))
+    return EXIT_OK
+
+
+def cmd_projections_rebuild(args, out: Output) -> int:
+    with _closing(_container(args)) as c:
+        if args.verify:
+            differences = c.projector.verify()
+            report = {
+                "verified": not differences,
+                "differences": [
+                    {"projection": d.projection, "table": d.table, "missing": [list(r) for r in d.missing],
+                     "unexpected": [list(r) for r in d.unexpected]}
+                    for d in differences
+                ],
+            }
+            out.emit(report, lambda r: "read models match the event log" if r["verified"] else "\n".join(
+                f"{d['projection']}.{d['table']}: {len(d['missing'])} missing, {len(d['unexpected'])} unexpected row(s)"
+                for d in r["differences"]
+            ))
+            return EXIT_OK if not differences else EXIT_REFUSED
+        counts = c.projector.rebuild()
+    out.emit({"rebuilt": counts}, lambda r: "\n".join(f"{k}: {v} events replayed" for k, v in r["rebuilt"].items()))
+    return EXIT_OK
+
+
+def cmd_audit_export(args, out: Output) -> int:
+    with _closing(_container(args)) as c:
+        for record in c.app.audit(after=args.after):
+            sys.stdout.write(json.dumps(record, separators=(",", ":")) + "\n")
+    return EXIT_OK
+
+
+class _closing:
+    def __init__(self, container) -> None:
+        self.container = container
+
+    def __enter__(self):
+        return self.container
+
+    def __exit__(self, *exc) -> None:
+        self.container.close()
+
+
+# -- parser --------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--database-url", default=argparse.SUPPRESS,
+                        help="sqlite:///PATH or postgresql://user[:pw]@host[:port]/db (default: $SWITCHBOARD_DATABASE_URL)")
+    parser = _Parser(prog="switchboard", description="Webhooks in, durable leased todos out, for AI agents.",
+                     parents=[common])
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    groups = parser.add_subparsers(dest="group", required=True, parser_class=_Parser)
+
+    def command(sub, name: str, func, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text, parents=[common])
+        p.set_defaults(func=func)
+        return p
+
+    serve = command(groups, "serve", cmd_serve, "serve HTTP (board, API, ingest, MCP, metrics) and background work")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--base-url")
+    serve.add_argument("--data-dir")
+
+    operator = groups.add_parser("operator", help="operators").add_subparsers(dest="action", required=True, parser_class=_Parser)
+    p = command(operator, "create", cmd_operator_create, "create an operator (prints a generated password)")
+    p.add_argument("name")
+    p.add_argument("--password-stdin", action="store_true", help="read the password from the first line of stdin")
+    p = command(operator, "token", cmd_operator_token, "mint an operator API token sbo_… (shown once)")
+    p.add_argument("name")
+
+    endpoint = groups.add_parser("endpoint", help="agent endpoints").add_subparsers(dest="action", required=True, parser_class=_Parser)
+    p = command(endpoint, "vend", cmd_endpoint_vend, "vend an endpoint (the credential is shown once)")
+    p.add_argument("agent")
+    p.add_argument("--queue", action="append", required=True)
+    p.add_argument("--verbs")
+    p.add_argument("--webhook-max", type=int)
+    p.add_argument("--source-types")
+    p.add_argument("--webhook-queue", action="append")
+    p.add_argument("--ttl", default="never")
+    p.add_argument("--default-lease", type=int)
+    p.add_argument("--owner")
+    command(endpoint, "list", cmd_endpoint_list, "list endpoints")
+    p = command(endpoint, "revoke", cmd_endpoint_revoke, "revoke an endpoint at once")
+    p.add_argument("ref", metavar="SLUG_OR_ID")
+
+    todo = groups.add_parser("todo", help="todos").add_subparsers(dest="action", required=True, parser_class=_Parser)
+    p = command(todo, "push", cmd_todo_push, "push an operator-authored todo")
+    p.add_argument("endpoint")
+    p.add_argument("title")
+    p.add_argument("--queue")
+    p.add_argument("--payload", help="JSON or @file")
+    p.add_argument("--key", help="idempotency key")
+    p = command(todo, "list", cmd_todo_list, "list todos, newest first")
+    p.add_argument("--endpoint")
+    p.add_argument("--state")
+    p.add_argument("--queue")
+    p.add_argument("--limit", type=int, default=50)
+    for name, func, help_text in (
+        ("show", cmd_todo_show, "show a todo in full"),
+        ("retry", cmd_todo_retry, "retry a failed todo now, with a fresh budget"),
+        ("history", cmd_todo_history, "every domain event of a todo"),
+    ):
+        command(todo, name, func, help_text).add_argument("id")
+
+    projections = groups.add_parser("projections", help="read models").add_subparsers(dest="action", required=True, parser_class=_Parser)
+    p = command(projections, "rebuild", cmd_projections_rebuild, "rebuild every read model from the event log")
+    p.add_argument("--verify", action="store_true", help="compare a rebuild with the live read models (read-only)")
+
+    audit = groups.add_parser("audit", help="the event log").add_subparsers(dest="action", required=True, parser_class=_Parser)
+    p = command(audit, "export", cmd_audit_export, "the event log as JSON lines")
+    p.add_argument("--after", type=int, default=0, metavar="POSITION")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
+    argv = [a for a in argv if a != "--json"]
+    out = Output(as_json)
+    args = build_parser().parse_args(argv)
+    if not hasattr(args, "database_url"):
+        args.database_url = None
+    try:
+        return args.func(args, out)
+    except Usage as error:
+        print(f"switchboard: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except DomainError as error:
+        print(f"error: {error.code}: {error.message}", file=sys.stderr)
+        if as_json:
+            print(json.dumps({"error": error.message, "code": error.code}))
+        return EXIT_REFUSED
+    except (ConfigurationError, StoreUnavailable) as error:
+        code = "unavailable" if isinstance(error, StoreUnavailable) else "invalid_configuration"
+        print(f"error: {code}: {error}", file=sys.stderr)
+        if as_json:
+            print(json.dumps({"error": str(error), "code": code}))
+        return EXIT_REFUSED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
