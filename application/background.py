@@ -62,11 +62,19 @@ class ProjectionWorker:
 
 
 def _loop(tick: Callable[[], float], wake: threading.Event, stop: threading.Event, name: str) -> None:
+    failing = False
     while not stop.is_set():
         try:
             delay = tick()
-        except Exception:  # keep the loop alive through a database restart
-            log.exception("%s tick failed", name)
+            if failing:
+                log.warning("%s recovered", name)
+            failing = False
+        except Exception as error:  # keep the loop alive through a database restart
+            if not failing:
+                log.exception("%s tick failed (will retry every %.0f s)", name, MAX_SLEEP)
+            else:
+                log.debug("%s still failing: %s", name, error)
+            failing = True
             delay = MAX_SLEEP
         if delay > 0:
             wake.wait(delay)

@@ -27,6 +27,16 @@ from domain.operator import Operator, check_operator_name, operator_uuid
 from domain.todo import STATES, Todo, effective_lease
 
 CLAIM_CANDIDATES = 8
+# Event fields never shown by history or audit export (they stay in the log).
+REDACTED_FIELDS = ("password_hash",)
+REDACTED = "«redacted»"
+
+
+def _shown(data: dict[str, Any]) -> dict[str, Any]:
+    for name in REDACTED_FIELDS:
+        if name in data:
+            data[name] = REDACTED
+    return data
 
 
 @dataclass(frozen=True)
@@ -377,15 +387,23 @@ class Switchboard:
                 raise Forbidden(f"queue {queue} is not in this endpoint's scope")
             queues = [queue] if queue is not None else list(endpoint.queues)
             lease = effective_lease(lease_ttl_seconds, endpoint.default_lease)
-            for candidate in uow.claimable(endpoint.endpoint_id, queues, CLAIM_CANDIDATES):
-                todo = uow.get(Todo, candidate)
-                if todo is not None and not todo.is_claimable(uow.now):
-                    todo = uow.get(Todo, candidate, fresh=True)
-                if todo is None or not todo.is_claimable(uow.now):
-                    continue
-                todo.claim(now=uow.now, holder=caller.label, lease=lease, claimant=claimant, fence_token=fence)
-                return todo
-            return None
+            seen: set[UUID] = set()
+            while True:  # candidates taken meanwhile by another process are skipped, not fatal
+                candidates = [
+                    c for c in uow.claimable(endpoint.endpoint_id, queues, CLAIM_CANDIDATES + len(seen))
+                    if c not in seen
+                ]
+                if not candidates:
+                    return None
+                for candidate in candidates:
+                    seen.add(candidate)
+                    todo = uow.get(Todo, candidate)
+                    if todo is not None and not todo.is_claimable(uow.now):
+                        todo = uow.get(Todo, candidate, fresh=True)
+                    if todo is None or not todo.is_claimable(uow.now):
+                        continue
+                    todo.claim(now=uow.now, holder=caller.label, lease=lease, claimant=claimant, fence_token=fence)
+                    return todo
 
         todo = self.store.run(handler)
         if todo is None:
@@ -510,7 +528,7 @@ class Switchboard:
             events.append({
                 "position": recorded.position, "version": recorded.event.originator_version,
                 "time": time, "type": type(recorded.event).__name__, "actor": actor, "cause": cause,
-                "data": data,
+                "data": _shown(data),
             })
         return {"todo_id": todo.todo_id, "events": events}
 
@@ -554,6 +572,6 @@ class Switchboard:
                     "position": r.position, "time": data.pop("timestamp"),
                     "aggregate": r.event.originator_id.hex, "version": r.event.originator_version,
                     "type": type(r.event).__name__, "actor": data.pop("actor"), "cause": data.pop("cause"),
-                    "data": data,
+                    "data": _shown(data),
                 }
             after = recorded[-1].position

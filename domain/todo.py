@@ -60,9 +60,9 @@ def cut_utf8(text: str | None, max_bytes: int) -> str | None:
     """Cuts text to at most max_bytes of UTF-8 without splitting a character."""
     if text is None:
         return None
-    encoded = text.encode()
+    encoded = text.encode(errors="replace")  # a lone surrogate becomes "?"
     if len(encoded) <= max_bytes:
-        return text
+        return encoded.decode()
     return encoded[:max_bytes].decode(errors="ignore")
 
 

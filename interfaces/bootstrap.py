@@ -65,11 +65,12 @@ class Background:
             thread = threading.Thread(target=worker.run, args=(self.stop,), name=f"switchboard-{name}", daemon=True)
             thread.start()
             self.threads.append(thread)
-        self.scheduler = scheduler
+        self.workers = (scheduler, projections)
         return self
 
     def close(self) -> None:
         self.stop.set()
-        self.scheduler.wake.set()
+        for worker in getattr(self, "workers", ()):
+            worker.wake.set()
         for thread in self.threads:
             thread.join(timeout=5)

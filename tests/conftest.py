@@ -32,14 +32,36 @@ def _pg_reason() -> str | None:
 _PG_UNAVAILABLE = _pg_reason()
 
 
+_TEMPLATE: list[str] = []
+
+
+def _template() -> str:
+    """A database with the schema already created, copied for each test (much faster)."""
+    if not _TEMPLATE:
+        name = f"sb_tmpl_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        container = build(Settings(database_url=f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{name}"))
+        container.close()
+        _TEMPLATE.append(name)
+    return _TEMPLATE[0]
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    for name in _TEMPLATE:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def pg_database() -> Iterator[str]:
     if _PG_UNAVAILABLE:
         if REQUIRE_PG:
             pytest.fail(f"SWITCHBOARD_REQUIRE_POSTGRES=1 but {_PG_UNAVAILABLE}")
         pytest.skip(_PG_UNAVAILABLE)
     name = f"sb_test_{uuid.uuid4().hex[:12]}"
+    template = _template()
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
     base = PG_ADMIN_URL.rsplit("/", 1)[0]
     try:
         yield f"{base}/{name}"

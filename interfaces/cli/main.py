@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -134,13 +135,14 @@ def cmd_operator_token(args, out: Output) -> int:
 
 
 def cmd_endpoint_vend(args, out: Output) -> int:
+    ttl_seconds = parse_ttl(args.ttl)  # a usage error before the store is touched
     with _closing(_container(args)) as c:
         result = c.app.vend(
             args.agent, queues=args.queue, caller=Caller.cli(),
             verbs=comma_list(args.verbs) if args.verbs is not None else None,
             webhook_max=args.webhook_max,
             source_types=comma_list(args.source_types) if args.source_types is not None else None,
-            webhook_queues=args.webhook_queue, ttl_seconds=parse_ttl(args.ttl),
+            webhook_queues=args.webhook_queue, ttl_seconds=ttl_seconds,
             default_lease_seconds=args.default_lease, owner=args.owner,
         )
     out.emit(result)
@@ -344,6 +346,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {code}: {error}", file=sys.stderr)
         if as_json:
             print(json.dumps({"error": str(error), "code": code}))
+        return EXIT_REFUSED
+    except BrokenPipeError:  # the reader went away (`switchboard audit export | head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return EXIT_REFUSED
 
 

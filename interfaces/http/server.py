@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -11,6 +12,14 @@ import uvicorn
 from application.errors import ConfigurationError, StoreUnavailable
 from interfaces.bootstrap import Background, build
 from interfaces.settings import Settings, write_private
+
+
+class _Stopped(Exception):
+    """SIGINT or SIGTERM: uvicorn stops gracefully, restores these handlers, then re-raises the signal."""
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    raise _Stopped(signum)
 
 
 def serve(settings: Settings) -> int:
@@ -32,15 +41,24 @@ def serve(settings: Settings) -> int:
         background = Background(container).start()
         from interfaces.http.app import create_app
 
-        app = create_app(container)
-        print(f"switchboard serving on http://{settings.host}:{settings.port}  board: {settings.base_url}/", flush=True)
+        def announce() -> None:
+            print(f"switchboard serving on http://{settings.host}:{settings.port}  board: {settings.base_url}/", flush=True)
+
+        app = create_app(container, on_startup=[announce])
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         config = uvicorn.Config(
             app, host=settings.host, port=settings.port, log_level="warning", timeout_graceful_shutdown=3,
             lifespan="on",
         )
         server = uvicorn.Server(config)
-        server.run()
+        try:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, _raise_stopped)
+            server.run()
+        except _Stopped:  # a graceful stop by signal: clean up below, exit 0, no traceback
+            return 0
+        except SystemExit as stop:  # uvicorn exits 3 when it cannot bind; a refused start is 1 here
+            return 1 if stop.code else 0
         return 0 if server.started else 1
     finally:
         if background is not None:

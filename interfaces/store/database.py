@@ -177,6 +177,18 @@ class Database:
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as error:
             raise StoreUnavailable(f"store unavailable: {error}") from None
 
+    def ping(self, timeout: float = 2.0) -> bool:
+        """Whether the database answers within `timeout` seconds (for /healthz)."""
+        try:
+            if self._pool is None:
+                self._sqlite_conn().execute("SELECT 1").fetchall()
+            else:
+                with self._pool.connection(timeout=timeout) as conn:
+                    conn.execute("SELECT 1")
+            return True
+        except (sqlite3.Error, psycopg.Error, psycopg_pool.PoolTimeout):
+            return False
+
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         with self.transaction(write=False) as tx:
             return tx.execute(sql, params)

@@ -44,6 +44,7 @@ A = TypeVar("A", bound=Aggregate)
 
 MAX_BATCH = 64
 MAX_RETRIES = 12
+BATCH_RETRIES = 3
 CACHE_SIZE = 50_000
 # Aggregates whose every change goes through a version check; others are always read fresh
 # because a command may rely on them without writing them (an endpoint's revocation).
@@ -82,7 +83,10 @@ class _Unit:
         if aggregate_id in aggregates:
             aggregate = aggregates[aggregate_id]
             if aggregate_id not in self._savepoints:
-                self._savepoints[aggregate_id] = aggregate.clone()
+                # This command changes its own copy: an earlier command of the batch may have
+                # returned `aggregate` as its answer, which must not show this command's effects.
+                self._savepoints[aggregate_id] = aggregate
+                aggregate = aggregates[aggregate_id] = aggregate.clone()
             stale_suspect = aggregate_id in self._batch.cached and not aggregate.pending_events
             if not (fresh and stale_suspect):
                 return aggregate  # type: ignore[return-value]
@@ -120,6 +124,24 @@ class _Unit:
                 self._batch.aggregates[aggregate_id] = saved
 
 
+class _Datastore(PostgresDatastore):
+    """eventsourcing's datastore without server-side prepared statements.
+
+    After a failed pipelined insert (a lost optimistic-concurrency race) psycopg's cache of
+    prepared statements no longer matches the server's ("prepared statement _pg3_N does not
+    exist" on the next use of that connection), so we do not prepare at all.
+    """
+
+    def after_connect_func(self):
+        configure = super().after_connect_func()
+
+        def after_connect(conn) -> None:
+            configure(conn)
+            conn.prepare_threshold = None
+
+        return after_connect
+
+
 class SqlEventStore:
     """The EventStore port on SQLite or PostgreSQL."""
 
@@ -151,9 +173,14 @@ class SqlEventStore:
                 self.datastore = SQLiteDatastore(url.path, lock_timeout=30, pool_size=4, max_overflow=8)
                 self.recorder = SqliteEventRecorder(self.datastore)
             else:
-                self.datastore = PostgresDatastore(
+                # No pool_open_timeout: with one, eventsourcing calls pool.open(wait=True) on
+                # EVERY connection checkout, and psycopg_pool's wait() is not reentrant: while
+                # any connection is busy it blocks until all are idle, a concurrent caller fails
+                # with a bare AssertionError, and a 5 s wait closes the whole pool. Reaching the
+                # server is already checked, with a timeout, by self.db.open() above.
+                self.datastore = _Datastore(
                     url.dbname, url.host, url.port, url.user, url.password,
-                    pool_size=4, max_overflow=8, connect_timeout=5, pool_open_timeout=5,
+                    pool_size=4, max_overflow=8, connect_timeout=5,
                 )
                 self.recorder = PostgresEventRecorder(self.datastore)
             if self.url.dialect == "postgres":
@@ -231,18 +258,19 @@ class SqlEventStore:
                     if not j.future.done():
                         j.future.set_exception(error)
 
-    def _process(self, jobs: list[_Job]) -> None:
+    def _process(self, jobs: list[_Job], attempt: int = 0) -> None:
+        """Runs jobs as one batch; after a lost race, again on fresh state, then one by one."""
         batch = _Batch()
         done: list[tuple[_Job, Any]] = []
-        alone: list[_Job] = []
+        recheck: list[_Job] = []
         for job in jobs:
-            unit = _Unit(self, batch, self.clock.now(), fresh=False)
+            unit = _Unit(self, batch, self.clock.now(), fresh=attempt > 0)
             try:
                 result = job.handler(unit)
             except DomainError as error:
                 unit.rollback()
                 if unit.used_cache:
-                    alone.append(job)  # confirm the refusal against fresh state
+                    recheck.append(job)  # confirm the refusal against fresh state
                 else:
                     job.future.set_exception(error)
             except Exception as error:
@@ -255,7 +283,14 @@ class SqlEventStore:
                 recorded = self._commit(batch)
             except IntegrityError:
                 self._evict(batch.aggregates)
-                alone = [job for job, _ in done] + alone
+                again = [job for job, _ in done] + recheck
+                if attempt < BATCH_RETRIES:
+                    time.sleep(random.uniform(0, 0.002 * (2 ** attempt)))
+                    self._process(again, attempt + 1)
+                else:
+                    for job in again:
+                        self._run_alone(job)
+                return
             except (PersistenceError, StoreUnavailable) as error:
                 self._evict(batch.aggregates)
                 failure = StoreUnavailable(f"store unavailable: {error}")
@@ -265,8 +300,8 @@ class SqlEventStore:
                 for job, result in done:
                     job.future.set_result(result)
                 self._announce(recorded)
-        for job in alone:
-            self._run_alone(job)
+        if recheck:
+            self._process(recheck, attempt + 1)
 
     def _run_alone(self, job: _Job) -> None:
         for attempt in range(MAX_RETRIES):
