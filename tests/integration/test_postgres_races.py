@@ -198,3 +198,22 @@ def test_projections_match_a_rebuild_after_a_concurrent_mixed_workload(pg_url, m
         assert container.projector.verify() == []
     rows_after = {row["id"]: row for row in apps[1].list_todos(caller=CLI, limit=10_000, max_limit=10_000)}
     assert rows_after == rows_before
+
+
+def test_concurrent_reads_from_many_threads_share_the_event_store_pool(pg_url, make_container):
+    # Regression: with eventsourcing's pool_open_timeout set, every checkout called
+    # psycopg_pool's non-reentrant wait(); concurrent readers died with a bare AssertionError.
+    app = make_container(pg_url).app
+    worker = vend_worker(app)
+    todo_id = app.push(worker.name, "read me", caller=CLI)["todo"]["id"]
+    gate = threading.Barrier(12)
+
+    def read(_: int) -> int:
+        gate.wait()
+        for _ in range(40):
+            assert app.get_todo(todo_id, caller=CLI)["state"] == "pending"
+            assert len(app.history(todo_id, caller=CLI)["events"]) == 1
+        return 40
+
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        assert sum(pool.map(read, range(12))) == 480
