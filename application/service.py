@@ -40,12 +40,26 @@ def _shown(data: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class EndpointScope:
+    """What an authenticated endpoint may touch, fixed at authentication time."""
+
+    endpoint_id: str
+    queues: tuple[str, ...]
+    default_lease: timedelta
+
+
+@dataclass(frozen=True)
 class Caller:
-    """Who acts: an endpoint (agent), an operator, or the CLI with every operator's rights."""
+    """Who acts: an endpoint (agent), an operator, or the CLI with every operator's rights.
+
+    An endpoint caller built by `Switchboard.endpoint_caller` carries its scope, checked active
+    once per request; without it, each command reads the endpoint.
+    """
 
     kind: str
     name: str
     superuser: bool = False
+    scope: EndpointScope | None = None
 
     @property
     def label(self) -> str:
@@ -247,6 +261,18 @@ class Switchboard:
             return None
         return endpoint
 
+    def endpoint_caller(self, endpoint: Endpoint | str) -> Caller:
+        """The caller an authenticated endpoint acts as (active now, else Forbidden)."""
+        if isinstance(endpoint, str):
+            loaded = self.store.load(Endpoint, _endpoint_uuid(endpoint))
+            if loaded is None:
+                raise NotFound(f"endpoint {endpoint} not found")
+            endpoint = loaded
+        if not endpoint.is_active(self.clock.now()):
+            raise Forbidden(f"endpoint {endpoint.slug} is revoked or expired")
+        return Caller("endpoint", endpoint.slug, scope=EndpointScope(
+            endpoint.endpoint_id, tuple(endpoint.queues), endpoint.default_lease))
+
     def revoke(self, ref: str, *, caller: Caller) -> dict[str, Any]:
         """Revokes at once: the credential stops working and held leases are released."""
         endpoint_id = _endpoint_uuid(ref)
@@ -362,10 +388,10 @@ class Switchboard:
         """Claims one claimable todo under a lease; each claim is one attempt."""
         fence = secrets.token_urlsafe(24) if require_fence else None
 
-        def command(todo: Todo, uow: UnitOfWork, endpoint: Endpoint) -> None:
+        def command(todo: Todo, uow: UnitOfWork, scope: EndpointScope) -> None:
             todo.claim(
                 now=uow.now, holder=caller.label, claimant=claimant, fence_token=fence,
-                lease=effective_lease(lease_ttl_seconds, endpoint.default_lease),
+                lease=effective_lease(lease_ttl_seconds, scope.default_lease),
             )
 
         todo = self._todo_command(todo_id, caller, command, full=False)
@@ -382,15 +408,15 @@ class Switchboard:
         endpoint_id = endpoint_uuid(caller.name)
 
         def handler(uow: UnitOfWork) -> Todo | None:
-            endpoint = self._active_endpoint(uow, endpoint_id)
-            if queue is not None and queue not in endpoint.queues:
+            scope = caller.scope or self._scope_of(self._active_endpoint(uow, endpoint_id))
+            if queue is not None and queue not in scope.queues:
                 raise Forbidden(f"queue {queue} is not in this endpoint's scope")
-            queues = [queue] if queue is not None else list(endpoint.queues)
-            lease = effective_lease(lease_ttl_seconds, endpoint.default_lease)
+            queues = [queue] if queue is not None else list(scope.queues)
+            lease = effective_lease(lease_ttl_seconds, scope.default_lease)
             seen: set[UUID] = set()
             while True:  # candidates taken meanwhile by another process are skipped, not fatal
                 candidates = [
-                    c for c in uow.claimable(endpoint.endpoint_id, queues, CLAIM_CANDIDATES + len(seen))
+                    c for c in uow.claimable(scope.endpoint_id, queues, CLAIM_CANDIDATES + len(seen))
                     if c not in seen
                 ]
                 if not candidates:
@@ -415,9 +441,9 @@ class Switchboard:
         lease_token: str | None = None,
     ) -> dict[str, Any]:
         """The holder extends its lease to now + ttl."""
-        return self._todo_command(todo_id, caller, lambda todo, uow, endpoint: todo.heartbeat(
+        return self._todo_command(todo_id, caller, lambda todo, uow, scope: todo.heartbeat(
             now=uow.now, holder=caller.label, fence_token=lease_token,
-            lease=effective_lease(lease_ttl_seconds, endpoint.default_lease),
+            lease=effective_lease(lease_ttl_seconds, scope.default_lease),
         ))
 
     def complete(self, todo_id: str, *, caller: Caller, result: Any = None, summary: str | None = None,
@@ -439,7 +465,7 @@ class Switchboard:
         ))
 
     def _todo_command(
-        self, todo_id: str, caller: Caller, command: Callable[[Todo, UnitOfWork, Endpoint], None],
+        self, todo_id: str, caller: Caller, command: Callable[[Todo, UnitOfWork, EndpointScope], None],
         *, full: bool | None = None,
     ):
         todo_uuid = _todo_uuid(todo_id)
@@ -448,16 +474,26 @@ class Switchboard:
             todo = uow.get(Todo, todo_uuid)
             if todo is None:
                 raise NotFound(f"todo {todo_id} not found")
-            endpoint = uow.get(Endpoint, _endpoint_uuid(todo.endpoint_id))
-            if endpoint is None or not self._may_touch(caller, endpoint, todo):
-                raise NotFound(f"todo {todo_id} not found")
-            if caller.kind == "endpoint" and not endpoint.is_active(uow.now):
-                raise Forbidden(f"endpoint {endpoint.slug} is revoked or expired")
-            command(todo, uow, endpoint)
+            scope = caller.scope
+            if scope is not None:  # an authenticated endpoint: its own todos, in its own queues
+                if todo.endpoint_id != scope.endpoint_id or todo.queue not in scope.queues:
+                    raise NotFound(f"todo {todo_id} not found")
+            else:
+                endpoint = uow.get(Endpoint, _endpoint_uuid(todo.endpoint_id))
+                if endpoint is None or not self._may_touch(caller, endpoint, todo):
+                    raise NotFound(f"todo {todo_id} not found")
+                if caller.kind == "endpoint" and not endpoint.is_active(uow.now):
+                    raise Forbidden(f"endpoint {endpoint.slug} is revoked or expired")
+                scope = self._scope_of(endpoint)
+            command(todo, uow, scope)
             return todo
 
         todo = self.store.run(handler)
         return todo if full is False else todo_row(todo)
+
+    @staticmethod
+    def _scope_of(endpoint: Endpoint) -> EndpointScope:
+        return EndpointScope(endpoint.endpoint_id, tuple(endpoint.queues), endpoint.default_lease)
 
     def _active_endpoint(self, uow: UnitOfWork, endpoint_id: UUID) -> Endpoint:
         endpoint = uow.get(Endpoint, endpoint_id)

@@ -147,7 +147,7 @@ def push_todos(container: Container, slug: str, count: int, threads: int, start_
 def drain(container: Container, slug: str, workers: int, profile_dir: str | None = None) -> tuple[float, int, list[BaseException]]:
     """W threads loop claim_next + complete until empty; returns (seconds, todos completed, errors)."""
     app = container.app
-    caller = Caller("endpoint", slug)
+    caller = app.endpoint_caller(slug)  # authenticated once, as an MCP session is
 
     def work(i: int, barrier: threading.Barrier) -> int:
         profiler = cProfile.Profile() if profile_dir else None
@@ -194,6 +194,9 @@ def switchboard_round(url: str, todos: int, workers: int, data_dir: str, *, prof
     try:
         slug = setup_endpoint(container)
         push_seconds = push_todos(container, slug, todos, workers)
+        if container.store.url.dialect == "postgres":
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("CHECKPOINT")  # same as before the raw drain
         if profile_dir:
             # the writer thread already runs; restart it under the profiler
             store = container.store
@@ -245,8 +248,7 @@ def raw_round(url: str, todos: int, workers: int) -> dict:
             with cur.copy("COPY q (queue, state, payload) FROM STDIN") as copy:
                 for i in range(todos):
                     copy.write_row(("work", "pending", psycopg.types.json.Jsonb(payload_for(i))))
-        conn.execute("VACUUM ANALYZE q")
-        conn.execute("CHECKPOINT")
+        conn.execute("CHECKPOINT")  # same as before the Switchboard drain
 
     connections = [psycopg.connect(url, autocommit=True) for _ in range(workers)]
     for c in connections:
@@ -275,10 +277,11 @@ def raw_round(url: str, todos: int, workers: int) -> dict:
 # -- rebuild ---------------------------------------------------------------------------
 
 
-def top_up(container: Container, slug: str, target_events: int, threads: int) -> float:
+def top_up(container: Container, slug: str, target_events: int, threads: int, chunk: int) -> float:
     """Adds events through the application until the log holds about `target_events`.
 
-    Three quarters as push/claim/complete cycles (3 events a todo), the rest as plain pushes.
+    Three quarters as push/claim/complete cycles (3 events a todo), pushed and drained in
+    chunks so the queue stays as shallow as in the timed rounds; the rest as plain pushes.
     """
     started = time.perf_counter()
     missing = target_events - container.store.max_position()
@@ -287,9 +290,12 @@ def top_up(container: Container, slug: str, target_events: int, threads: int) ->
     cycles = (missing * 3 // 4) // 3
     pushes = missing - 3 * cycles
     base = container.store.max_position() + 1_000_000
-    if cycles:
-        push_todos(container, slug, cycles, threads, start_at=base)
+    done = 0
+    while done < cycles:
+        n = min(chunk, cycles - done)
+        push_todos(container, slug, n, threads, start_at=base + done)
         drain(container, slug, threads)
+        done += n
     if pushes > 0:
         push_todos(container, slug, pushes, threads, start_at=base + cycles)
     return time.perf_counter() - started
@@ -333,7 +339,7 @@ def main() -> int:
     parser.add_argument("--sqlite-todos", type=int, default=2000, help="todos for the SQLite round (default 2000)")
     parser.add_argument("--rebuild-events", type=int, default=100_000, help="events for the PostgreSQL rebuild (default 100000)")
     parser.add_argument("--sqlite-rebuild-events", type=int, default=20_000, help="events for the SQLite rebuild (default 20000)")
-    parser.add_argument("--fill-threads", type=int, default=16, help="threads that generate rebuild events (default 16)")
+    parser.add_argument("--fill-threads", type=int, default=8, help="threads that generate rebuild events (default 8)")
     parser.add_argument("--skip-sqlite", action="store_true", help="skip the SQLite phases")
     parser.add_argument("--skip-rebuild", action="store_true", help="skip the rebuild phases")
     parser.add_argument("--profile", metavar="DIR", help="cProfile the first Switchboard/PostgreSQL drain into DIR")
@@ -355,9 +361,12 @@ def main() -> int:
     with psycopg.connect(args.pg_url) as conn:
         settings = dict(conn.execute(
             "SELECT name, setting FROM pg_settings WHERE name IN"
-            " ('synchronous_commit', 'fsync', 'wal_sync_method', 'commit_delay', 'shared_buffers', 'server_version')"
+            " ('synchronous_commit', 'fsync', 'wal_sync_method', 'commit_delay', 'shared_buffers', 'server_version',"
+            " 'autovacuum')"
         ).fetchall())
     log("server: " + ", ".join(f"{k}={v}" for k, v in sorted(settings.items())))
+    log("machine: %d cores, load average %.2f %.2f %.2f (other work on the machine skews every figure)"
+        % (os.cpu_count() or 0, *os.getloadavg()))
 
     keep_for_rebuild = None
     try:
@@ -399,7 +408,7 @@ def main() -> int:
             if not args.skip_rebuild:
                 container, slug = sq.pop("container"), sq.pop("slug")
                 try:
-                    fill = top_up(container, slug, args.sqlite_rebuild_events, args.fill_threads)
+                    fill = top_up(container, slug, args.sqlite_rebuild_events, args.fill_threads, args.sqlite_todos)
                     log(f"sqlite: topped up to {container.store.max_position()} events in {fill:.1f}s (untimed)")
                     rb = time_rebuild(container)
                     log(f"rebuild/sqlite: {rb['rate']:8.0f} events/s  ({rb['applied']} events in {rb['seconds']:.2f}s)")
@@ -411,7 +420,7 @@ def main() -> int:
         if keep_for_rebuild is not None:
             container, slug, url = keep_for_rebuild
             try:
-                fill = top_up(container, slug, args.rebuild_events, args.fill_threads)
+                fill = top_up(container, slug, args.rebuild_events, args.fill_threads, args.todos)
                 log(f"postgres: topped up to {container.store.max_position()} events in {fill:.1f}s (untimed)")
                 rb = time_rebuild(container)
                 log(f"rebuild/pg: {rb['rate']:8.0f} events/s  ({rb['applied']} events in {rb['seconds']:.2f}s)")
@@ -446,7 +455,8 @@ def main() -> int:
         if key in summary:
             rb = summary[key]
             log(f"{label}: {rb['rate']:8.0f} events/s ({rb['applied']} events in {rb['seconds']:.2f}s)")
-    log(f"total wall time: {time.perf_counter() - total_started:.0f}s")
+    log(f"total wall time: {time.perf_counter() - total_started:.0f}s; load average at the end %.2f %.2f %.2f"
+        % os.getloadavg())
     return 0
 
 

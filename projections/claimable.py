@@ -23,8 +23,8 @@ class ClaimableQueue:
     ddl = (
         "CREATE TABLE IF NOT EXISTS sb_claimable (todo_id TEXT PRIMARY KEY, endpoint_id TEXT NOT NULL,"
         " queue TEXT NOT NULL, created_at BIGINT NOT NULL, available_at BIGINT)",
-        "CREATE INDEX IF NOT EXISTS sb_claimable_next ON sb_claimable"
-        " (endpoint_id, queue, created_at) WHERE available_at IS NOT NULL",
+        "CREATE INDEX IF NOT EXISTS sb_claimable_order ON sb_claimable"
+        " (endpoint_id, queue, created_at, todo_id) WHERE available_at IS NOT NULL",
     )
 
     def ops(self, event: DomainEvent, position: int | None) -> list[Op]:

@@ -190,8 +190,15 @@ class Database:
             return False
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        with self.transaction(write=False) as tx:
-            return tx.execute(sql, params)
+        """One statement on its own (autocommit): no BEGIN/COMMIT round trips."""
+        if self._pool is None:
+            cursor = self._sqlite_conn().cursor()
+            return Tx(cursor, "sqlite").execute(sql, params)
+        try:
+            with self._pool.connection() as conn:
+                return Tx(conn.cursor(), "postgres").execute(sql, params)
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as error:
+            raise StoreUnavailable(f"store unavailable: {error}") from None
 
     def close(self) -> None:
         if self._pool is not None:

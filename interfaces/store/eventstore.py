@@ -43,8 +43,11 @@ T = TypeVar("T")
 A = TypeVar("A", bound=Aggregate)
 
 MAX_BATCH = 64
+LINGER = 0.001  # seconds a batch may wait to fill up to the previous batch's size
 MAX_RETRIES = 12
 BATCH_RETRIES = 3
+CANDIDATES_PER_BATCH = 64
+SPREAD_ON_RETRY = 32
 CACHE_SIZE = 50_000
 # Aggregates whose every change goes through a version check; others are always read fresh
 # because a command may rely on them without writing them (an endpoint's revocation).
@@ -65,6 +68,7 @@ class _Batch:
     def __init__(self) -> None:
         self.aggregates: dict[UUID, Aggregate] = {}
         self.cached: set[UUID] = set()
+        self.candidates: dict[tuple[str, tuple[str, ...]], tuple[list[UUID], bool]] = {}
 
 
 class _Unit:
@@ -113,8 +117,21 @@ class _Unit:
             self._savepoints[aggregate.id] = None
 
     def claimable(self, endpoint_id: str, queues: Sequence[str], limit: int) -> list[UUID]:
-        in_batch = sum(1 for a in self._batch.aggregates.values() if isinstance(a, Todo))
-        return self._store.claimable(endpoint_id, queues, self.now, limit + in_batch)
+        """Candidates read once per batch (commands of one batch see each other's claims)."""
+        key = (endpoint_id, tuple(queues))
+        want = limit + len(self._batch.aggregates)
+        cached = self._batch.candidates.get(key)
+        if cached is None or (len(cached[0]) < want and not cached[1]):
+            fetch = max(want, CANDIDATES_PER_BATCH)
+            ids = self._store.claimable(endpoint_id, queues, self.now, fetch)
+            if self._fresh:
+                # A re-run after a lost race: another process is taking the oldest todos as
+                # we speak, so spread over the head of the queue instead of racing it again.
+                head = ids[:SPREAD_ON_RETRY]
+                random.shuffle(head)
+                ids = head + ids[SPREAD_ON_RETRY:]
+            cached = self._batch.candidates[key] = (ids, len(ids) < fetch)
+        return cached[0]
 
     def rollback(self) -> None:
         for aggregate_id, saved in self._savepoints.items():
@@ -160,6 +177,7 @@ class SqlEventStore:
         self._writer: threading.Thread | None = None
         self._writer_lock = threading.Lock()
         self._listeners: list[Callable[[list[Recorded]], None]] = []
+        self._last_batch_size = 1
         self._closed = False
 
     # -- lifecycle
@@ -182,7 +200,7 @@ class SqlEventStore:
                     url.dbname, url.host, url.port, url.user, url.password,
                     pool_size=4, max_overflow=8, connect_timeout=5,
                 )
-                self.recorder = PostgresEventRecorder(self.datastore)
+                self.recorder = PostgresEventRecorder(self.datastore, conninfo=url.conninfo())
             if self.url.dialect == "postgres":
                 with self.db.transaction() as tx:
                     tx.execute("SELECT pg_advisory_xact_lock(715517)")
@@ -241,15 +259,22 @@ class SqlEventStore:
             if job is None:
                 return
             batch = [job]
+            # Those answered by the last commit are about to send their next command: wait a
+            # moment for as many, so the batch (and its one commit) stays full under load.
+            deadline = time.monotonic() + LINGER
             while len(batch) < MAX_BATCH:
                 try:
-                    more = self._jobs.get_nowait()
+                    if len(batch) < self._last_batch_size:
+                        more = self._jobs.get(timeout=max(deadline - time.monotonic(), 0))
+                    else:
+                        more = self._jobs.get_nowait()
                 except queue.Empty:
                     break
                 if more is None:
                     self._jobs.put(None)
                     break
                 batch.append(more)
+            self._last_batch_size = len(batch)
             try:
                 self._process(batch)
             except BaseException as error:  # never let the writer die with jobs waiting
@@ -418,12 +443,16 @@ class SqlEventStore:
         """Todo ids of the endpoint claimable now in the given queues, oldest first."""
         if not queues:
             return []
-        marks = ", ".join(["%s"] * len(queues))
-        rows = self.db.query(
-            "SELECT todo_id FROM sb_claimable WHERE endpoint_id = %s AND available_at IS NOT NULL"
-            f" AND available_at <= %s AND queue IN ({marks}) ORDER BY created_at, todo_id LIMIT %s",
-            (endpoint_id, micros(now), *queues, limit),
-        )
+        # One index range per queue (endpoint, queue, created_at, todo_id), merged: the index
+        # order serves each queue without sorting the pending rows.
+        one = ("SELECT created_at, todo_id FROM (SELECT created_at, todo_id FROM sb_claimable"
+               " WHERE endpoint_id = %s AND queue = %s AND available_at IS NOT NULL AND available_at <= %s"
+               " ORDER BY created_at, todo_id LIMIT %s) AS q{n}")
+        sql = " UNION ALL ".join(one.format(n=n) for n in range(len(queues)))
+        params: list[Any] = []
+        for queue in queues:
+            params += [endpoint_id, queue, micros(now), limit]
+        rows = self.db.query(f"SELECT todo_id FROM ({sql}) AS c ORDER BY created_at, todo_id LIMIT %s", (*params, limit))
         return [UUID(hex=row[0][len(TODO_PREFIX):]) for row in rows]
 
     @staticmethod

@@ -12,7 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from eventsourcing.persistence import StoredEvent
+import contextlib
+import threading
+
+import psycopg
+from eventsourcing.persistence import IntegrityError, OperationalError, StoredEvent
+from psycopg.sql import SQL, Identifier
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 
@@ -52,18 +57,71 @@ class SqliteEventRecorder(SQLiteApplicationRecorder):
 
 
 class PostgresEventRecorder(PostgresApplicationRecorder):
-    """Same as the SQLite one, inside eventsourcing's locked, pipelined insert transaction."""
+    """eventsourcing's PostgreSQL recorder with the append done in ONE round trip.
 
-    def _insert_stored_events(self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
-        super()._insert_stored_events(curs, stored_events, **kwargs)
+    The library's insert takes two (a pipeline sync to surface a conflict, then COMMIT). Here
+    the writer thread's own connection sends BEGIN, the library's table lock and NOTIFY, the
+    INSERT, the inline ops, the tracking update and COMMIT as one pipeline; a conflict aborts
+    the transaction and surfaces at the single sync. The table, its lock (id order = commit
+    order, docs/adr/0001) and everything the library reads are unchanged. After any error the
+    connection is discarded, so psycopg's prepared-statement cache never disagrees with the
+    server's (an aborted pipeline skips the Parse of a statement psycopg believes prepared).
+    """
+
+    def __init__(self, datastore: Any, *, conninfo: str, **kwargs: Any) -> None:
+        super().__init__(datastore, **kwargs)
+        self._conninfo = conninfo
+        self._local = threading.local()
+        self._insert_arrays = SQL(
+            "INSERT INTO {table} (originator_id, originator_version, topic, state)"
+            " SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::bytea[])"
+            " RETURNING notification_id"
+        ).format(table=Identifier(self.events_table_name))
+        self._lock = SQL("LOCK TABLE {table} IN EXCLUSIVE MODE").format(table=Identifier(self.events_table_name))
+        self._notify = SQL("NOTIFY {channel}").format(channel=Identifier(self.channel_name))
+        self._track = SQL(
+            "UPDATE sb_tracking SET position = (SELECT max(notification_id) FROM {table}) WHERE name = ANY(%s)"
+        ).format(table=Identifier(self.events_table_name))
+
+    def _connection(self) -> psycopg.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None or conn.closed:
+            conn = psycopg.connect(self._conninfo, autocommit=True)
+            self._local.conn = conn
+        return conn
+
+    def _discard(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
+        if not stored_events:
+            return []
         ops: Sequence[Op] = kwargs.get("inline_ops", ())
         tracked: Sequence[str] = kwargs.get("inline_tracking", ())
-        with curs.connection.cursor() as extra:
-            if ops:
-                _run(extra, ops, "%s")
-            if tracked:
-                extra.execute(
-                    f"UPDATE sb_tracking SET position = (SELECT max(notification_id) FROM {self.events_table_name})"
-                    " WHERE name = ANY(%s)",
-                    (list(tracked),),
-                )
+        columns = (
+            [e.originator_id for e in stored_events], [e.originator_version for e in stored_events],
+            [e.topic for e in stored_events], [e.state for e in stored_events],
+        )
+        try:
+            conn = self._connection()
+            with conn.cursor() as head, conn.cursor() as inserted, conn.cursor() as extra:
+                with conn.pipeline():
+                    head.execute("BEGIN")
+                    head.execute(self._lock)
+                    head.execute(self._notify)
+                    inserted.execute(self._insert_arrays, columns)
+                    _run(extra, ops, "%s")
+                    if tracked:
+                        extra.execute(self._track, (list(tracked),))
+                    head.execute("COMMIT")
+                return [row[0] for row in inserted.fetchall()]
+        except psycopg.errors.IntegrityError as error:
+            self._discard()
+            raise IntegrityError(error) from error
+        except psycopg.Error as error:
+            self._discard()
+            raise OperationalError(error) from error
