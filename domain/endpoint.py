@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from domain.errors import Conflict, InvalidArgument
+from domain.errors import CeilingExceeded, Conflict, Forbidden, ForbiddenSourceType, InvalidArgument
 from domain.events import Aggregate, DomainEvent
 from domain.names import ENDPOINT_PREFIX, check_queue_name, format_id
 from domain.todo import DEFAULT_LEASE, MAX_LEASE, MIN_DEFAULT_LEASE
@@ -69,7 +69,17 @@ class EndpointRevoked(DomainEvent):
     pass
 
 
-ENDPOINT_EVENTS = (EndpointVended, DefaultLeaseSet, EndpointRevoked)
+@dataclass(frozen=True, kw_only=True)
+class WebhookAttached(DomainEvent):
+    webhook_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class WebhookDetached(DomainEvent):
+    webhook_id: str
+
+
+ENDPOINT_EVENTS = (EndpointVended, DefaultLeaseSet, EndpointRevoked, WebhookAttached, WebhookDetached)
 
 
 def _unique(values) -> tuple[str, ...]:
@@ -160,6 +170,24 @@ class Endpoint(Aggregate):
         self._check_not_revoked()
         self._record(EndpointRevoked, timestamp=now, actor=actor, cause="revoke")
 
+    def attach_webhook(
+        self, *, now: datetime, actor: str, webhook_id: str, source_type: str, target_queue: str,
+    ) -> None:
+        """A new webhook counts against the ceiling; its source type and queue must be granted."""
+        self._check_not_revoked()
+        if source_type not in self.source_types:
+            raise ForbiddenSourceType(f"source type {source_type!r} is not allowed for endpoint {self.slug}")
+        if target_queue not in self.webhook_queues:
+            raise Forbidden(f"queue {target_queue} is not among endpoint {self.slug}'s webhook queues")
+        if len(self.webhook_ids) >= self.webhook_max:
+            raise CeilingExceeded(f"endpoint {self.slug} already has {self.webhook_max} webhook(s)")
+        self._record(WebhookAttached, timestamp=now, actor=actor, cause="create_webhook", webhook_id=webhook_id)
+
+    def detach_webhook(self, *, now: datetime, actor: str, webhook_id: str) -> None:
+        """A deleted webhook frees its place under the ceiling."""
+        if webhook_id in self.webhook_ids:
+            self._record(WebhookDetached, timestamp=now, actor=actor, cause="delete_webhook", webhook_id=webhook_id)
+
     def _check_not_revoked(self) -> None:
         if self.revoked:
             raise Conflict(f"endpoint {self.slug} is revoked")
@@ -181,11 +209,16 @@ class Endpoint(Aggregate):
                 self.created_at = event.timestamp
                 self.revoked = False
                 self.revoked_at = None
+                self.webhook_ids: tuple[str, ...] = ()
             case DefaultLeaseSet():
                 self.default_lease_seconds = event.default_lease_seconds
             case EndpointRevoked():
                 self.revoked = True
                 self.revoked_at = event.timestamp
+            case WebhookAttached():
+                self.webhook_ids = (*self.webhook_ids, event.webhook_id)
+            case WebhookDetached():
+                self.webhook_ids = tuple(w for w in self.webhook_ids if w != event.webhook_id)
             case _:  # pragma: no cover
                 raise TypeError(f"Endpoint cannot apply {type(event).__name__}")
 

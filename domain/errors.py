@@ -38,3 +38,15 @@ class Forbidden(DomainError):
     """Raised when the caller's scope does not cover the command."""
 
     code = "forbidden"
+
+
+class CeilingExceeded(DomainError):
+    """Raised when an endpoint already has as many webhooks as its ceiling allows."""
+
+    code = "ceiling_exceeded"
+
+
+class ForbiddenSourceType(DomainError):
+    """Raised when an endpoint may not create webhooks of that source type."""
+
+    code = "forbidden_source_type"

@@ -6,13 +6,16 @@ from domain.endpoint import DefaultLeaseSet, EndpointRevoked, EndpointVended
 from domain.events import DomainEvent
 from domain.names import ENDPOINT_PREFIX, OPERATOR_PREFIX, format_id
 from domain.operator import ApiTokenMinted, OperatorCreated
+from domain.webhook import (
+    WEBHOOK_PREFIX, WebhookCreated, WebhookDeleted, WebhookRotated, WebhookRouteAdded, WebhookRouteRemoved,
+)
 from projections.base import Op, as_json, micros
 
 
 class Directory:
     name = "directory"
     inline = False
-    tables = ("sb_endpoints", "sb_operators", "sb_credentials")
+    tables = ("sb_endpoints", "sb_operators", "sb_credentials", "sb_webhooks", "sb_webhook_routes")
     ddl = (
         "CREATE TABLE IF NOT EXISTS sb_endpoints (endpoint_id TEXT PRIMARY KEY, slug TEXT NOT NULL UNIQUE,"
         " agent TEXT NOT NULL, owner TEXT NOT NULL, queues TEXT NOT NULL, verbs TEXT NOT NULL,"
@@ -22,6 +25,13 @@ class Directory:
         " created_at BIGINT NOT NULL)",
         "CREATE TABLE IF NOT EXISTS sb_credentials (sha256 TEXT PRIMARY KEY, kind TEXT NOT NULL,"
         " subject_id TEXT NOT NULL, created_at BIGINT NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS sb_credentials_subject ON sb_credentials (subject_id)",
+        "CREATE TABLE IF NOT EXISTS sb_webhooks (webhook_id TEXT PRIMARY KEY, endpoint_id TEXT NOT NULL,"
+        " source_type TEXT NOT NULL, target_queue TEXT NOT NULL, trust_mode TEXT NOT NULL,"
+        " created_at BIGINT NOT NULL, rotated_at BIGINT, deleted_at BIGINT)",
+        "CREATE INDEX IF NOT EXISTS sb_webhooks_endpoint ON sb_webhooks (endpoint_id, created_at)",
+        "CREATE TABLE IF NOT EXISTS sb_webhook_routes (webhook_id TEXT NOT NULL, target_endpoint_id TEXT NOT NULL,"
+        " granted_at BIGINT NOT NULL, PRIMARY KEY (webhook_id, target_endpoint_id))",
     )
 
     def ops(self, event: DomainEvent, position: int | None) -> list[Op]:
@@ -58,6 +68,46 @@ class Directory:
                 return [(
                     "INSERT INTO sb_operators (name, operator_id, created_at) VALUES (%s, %s, %s)",
                     (event.name, format_id(OPERATOR_PREFIX, event.originator_id), at),
+                )]
+            case WebhookCreated():
+                webhook_id = format_id(WEBHOOK_PREFIX, event.originator_id)
+                return [
+                    (
+                        "INSERT INTO sb_webhooks (webhook_id, endpoint_id, source_type, target_queue, trust_mode,"
+                        " created_at, rotated_at, deleted_at) VALUES (%s, %s, %s, %s, %s, %s, NULL, NULL)",
+                        (webhook_id, event.endpoint_id, event.source_type, event.target_queue, event.trust_mode, at),
+                    ),
+                    (
+                        "INSERT INTO sb_credentials (sha256, kind, subject_id, created_at) VALUES (%s, 'webhook', %s, %s)",
+                        (event.token_sha256, webhook_id, at),
+                    ),
+                ]
+            case WebhookRotated():
+                webhook_id = format_id(WEBHOOK_PREFIX, event.originator_id)
+                return [
+                    ("DELETE FROM sb_credentials WHERE kind = 'webhook' AND subject_id = %s", (webhook_id,)),
+                    (
+                        "INSERT INTO sb_credentials (sha256, kind, subject_id, created_at) VALUES (%s, 'webhook', %s, %s)",
+                        (event.token_sha256, webhook_id, at),
+                    ),
+                    ("UPDATE sb_webhooks SET rotated_at = %s WHERE webhook_id = %s", (at, webhook_id)),
+                ]
+            case WebhookDeleted():
+                webhook_id = format_id(WEBHOOK_PREFIX, event.originator_id)
+                return [
+                    ("DELETE FROM sb_credentials WHERE kind = 'webhook' AND subject_id = %s", (webhook_id,)),
+                    ("DELETE FROM sb_webhook_routes WHERE webhook_id = %s", (webhook_id,)),
+                    ("UPDATE sb_webhooks SET deleted_at = %s WHERE webhook_id = %s", (at, webhook_id)),
+                ]
+            case WebhookRouteAdded():
+                return [(
+                    "INSERT INTO sb_webhook_routes (webhook_id, target_endpoint_id, granted_at) VALUES (%s, %s, %s)",
+                    (format_id(WEBHOOK_PREFIX, event.originator_id), event.target_endpoint_id, at),
+                )]
+            case WebhookRouteRemoved():
+                return [(
+                    "DELETE FROM sb_webhook_routes WHERE webhook_id = %s AND target_endpoint_id = %s",
+                    (format_id(WEBHOOK_PREFIX, event.originator_id), event.target_endpoint_id),
                 )]
             case ApiTokenMinted():
                 return [(

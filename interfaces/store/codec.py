@@ -13,14 +13,17 @@ from uuid import UUID
 import msgspec
 from eventsourcing.persistence import StoredEvent
 
+from domain.delivery import DELIVERY_EVENTS
 from domain.endpoint import ENDPOINT_EVENTS
 from domain.events import DomainEvent
 from domain.idempotency import KEY_EVENTS
 from domain.operator import OPERATOR_EVENTS
 from domain.todo import TODO_EVENTS
+from domain.webhook import WEBHOOK_EVENTS
 
 EVENT_TYPES: dict[str, type[DomainEvent]] = {
-    cls.__name__: cls for cls in (*TODO_EVENTS, *ENDPOINT_EVENTS, *OPERATOR_EVENTS, *KEY_EVENTS)
+    cls.__name__: cls
+    for cls in (*TODO_EVENTS, *ENDPOINT_EVENTS, *OPERATOR_EVENTS, *KEY_EVENTS, *WEBHOOK_EVENTS, *DELIVERY_EVENTS)
 }
 _ENVELOPE = ("originator_id", "originator_version")
 

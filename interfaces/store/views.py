@@ -121,3 +121,70 @@ class SqlViews:
     def operator_count(self) -> int:
         (n,), = self.db.query("SELECT count(*) FROM sb_operators")
         return n
+
+    # -- webhooks and deliveries
+
+    def list_webhooks(self, *, endpoint_ids: Sequence[str] | None) -> list[dict[str, Any]]:
+        where, params = "WHERE w.deleted_at IS NULL", []
+        if endpoint_ids is not None:
+            if not endpoint_ids:
+                return []
+            where += f" AND w.endpoint_id IN ({', '.join(['%s'] * len(endpoint_ids))})"
+            params = list(endpoint_ids)
+        rows = self.db.query(
+            "SELECT w.webhook_id, w.endpoint_id, w.source_type, w.target_queue, w.trust_mode, w.created_at,"
+            " w.rotated_at, (SELECT count(*) FROM sb_webhook_routes r WHERE r.webhook_id = w.webhook_id)"
+            f" FROM sb_webhooks w {where} ORDER BY w.created_at, w.webhook_id", params,
+        )
+        return [
+            {"webhook_id": r[0], "endpoint_id": r[1], "source_type": r[2], "target_queue": r[3],
+             "trust_mode": r[4], "created_at": iso(from_micros(r[5])), "rotated_at": iso(from_micros(r[6])),
+             "routes": r[7]}
+            for r in rows
+        ]
+
+    def recent_envelopes(self, webhook_id: str, limit: int) -> list[tuple[str, str]]:
+        """(event_id, envelope JSON) of a webhook's latest deliveries, newest first."""
+        return [
+            (r[0], r[1]) for r in self.db.query(
+                "SELECT event_id, envelope FROM sb_deliveries WHERE webhook_id = %s ORDER BY position DESC LIMIT %s",
+                (webhook_id, limit),
+            )
+        ]
+
+    def delivery_envelope(self, webhook_id: str, event_id: str) -> str | None:
+        rows = self.db.query(
+            "SELECT envelope FROM sb_deliveries WHERE webhook_id = %s AND event_id = %s", (webhook_id, event_id)
+        )
+        return rows[0][0] if rows else None
+
+    def list_deliveries(self, *, webhook_id: str | None, endpoint_ids: Sequence[str] | None, limit: int,
+                        before: int | None) -> tuple[list[dict[str, Any]], int | None]:
+        """Delivery summaries newest first, and the cursor of the next page (or None)."""
+        where, params = [], []
+        if webhook_id is not None:
+            where.append("webhook_id = %s")
+            params.append(webhook_id)
+        if endpoint_ids is not None:
+            if not endpoint_ids:
+                return [], None
+            where.append(f"endpoint_id IN ({', '.join(['%s'] * len(endpoint_ids))})")
+            params.extend(endpoint_ids)
+        if before is not None:
+            where.append("position < %s")
+            params.append(before)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        rows = self.db.query(
+            "SELECT event_id, webhook_id, endpoint_id, source, kind, trust_mode, verified, disposition, size,"
+            f" todo_count, received_at, position, routing FROM sb_deliveries{clause}"
+            " ORDER BY position DESC LIMIT %s", (*params, limit + 1),
+        )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        summaries = [
+            {"id": r[0], "webhook_id": r[1], "endpoint_id": r[2], "source": r[3], "kind": r[4],
+             "trust_mode": r[5], "verified": bool(r[6]), "disposition": r[7], "size": r[8],
+             "todos_created": r[9], "received_at": iso(from_micros(r[10])), "routing": json.loads(r[12])}
+            for r in rows
+        ]
+        return summaries, (rows[-1][11] if more and rows else None)
