@@ -17,7 +17,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
@@ -32,7 +32,9 @@ from domain.errors import DomainError
 from domain.events import Aggregate, DomainEvent
 from domain.idempotency import IdempotencyKey
 from domain.names import TODO_PREFIX, format_id
-from domain.todo import Todo
+from domain.todo import (
+    LeaseExpired, Todo, TodoClaimed, TodoFailed, TodoOpened, TodoReleased, TodoRequeued,
+)
 from interfaces.store.codec import EventCodec
 from interfaces.store.database import Database, DatabaseUrl
 from interfaces.store.recorders import PostgresEventRecorder, SqliteEventRecorder
@@ -52,6 +54,7 @@ CACHE_SIZE = 50_000
 # Aggregates whose every change goes through a version check; others are always read fresh
 # because a command may rely on them without writing them (an endpoint's revocation).
 CACHEABLE = (Todo, IdempotencyKey)
+_MAKES_CLAIMABLE = (TodoOpened, TodoReleased, LeaseExpired, TodoRequeued, TodoFailed)
 
 
 class _Job:
@@ -121,6 +124,10 @@ class _Unit:
         key = (endpoint_id, tuple(queues))
         want = limit + len(self._batch.aggregates)
         cached = self._batch.candidates.get(key)
+        if cached is None and not self._fresh:
+            cached = self._store._prefetched(key, want)
+            if cached is not None:
+                self._batch.candidates[key] = cached
         if cached is None or (len(cached[0]) < want and not cached[1]):
             fetch = max(want, CANDIDATES_PER_BATCH)
             ids = self._store.claimable(endpoint_id, queues, self.now, fetch)
@@ -178,6 +185,8 @@ class SqlEventStore:
         self._writer_lock = threading.Lock()
         self._listeners: list[Callable[[list[Recorded]], None]] = []
         self._last_batch_size = 1
+        self._prefetch: dict[tuple[str, tuple[str, ...]], tuple[Future, frozenset[UUID]]] = {}
+        self._prefetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="switchboard-prefetch")
         self._closed = False
 
     # -- lifecycle
@@ -230,6 +239,7 @@ class SqlEventStore:
         if self._writer is not None:
             self._jobs.put(None)
             self._writer.join(timeout=5)
+        self._prefetcher.shutdown(wait=False)
         self.db.close()
         if self.datastore is not None:
             self.datastore.close()
@@ -308,6 +318,7 @@ class SqlEventStore:
                 recorded = self._commit(batch)
             except IntegrityError:
                 self._evict(batch.aggregates)
+                self._prefetch.clear()
                 again = [job for job, _ in done] + recheck
                 if attempt < BATCH_RETRIES:
                     time.sleep(random.uniform(0, 0.002 * (2 ** attempt)))
@@ -352,12 +363,42 @@ class SqlEventStore:
             return
         job.future.set_exception(RetryLimitExceeded("gave up after repeated concurrent updates; try again"))
 
+    def _prefetch_candidates(self, batch: _Batch, events: list[DomainEvent]) -> None:
+        """Reads the next batch's candidates while this batch commits (the query overlaps the I/O).
+
+        Todos this batch claims are left out; a batch that makes any todo claimable (open,
+        release, lapse, requeue, fail) prefetches nothing, so no candidate is ever missed.
+        """
+        self._prefetch.clear()
+        if not batch.candidates or any(isinstance(e, _MAKES_CLAIMABLE) for e in events):
+            return
+        claimed = frozenset(e.originator_id for e in events if isinstance(e, TodoClaimed))
+        now = self.clock.now()
+        for (endpoint_id, queues) in batch.candidates:
+            future = self._prefetcher.submit(self.claimable, endpoint_id, queues, now, CANDIDATES_PER_BATCH)
+            self._prefetch[(endpoint_id, queues)] = (future, claimed)
+
+    def _prefetched(self, key: tuple[str, tuple[str, ...]], want: int) -> tuple[list[UUID], bool] | None:
+        entry = self._prefetch.pop(key, None)
+        if entry is None:
+            return None
+        future, claimed = entry
+        try:
+            ids = future.result(timeout=0.05)
+        except Exception:  # a failed or slow prefetch only means reading now
+            return None
+        if len(ids) < CANDIDATES_PER_BATCH:
+            return None  # the queue's tail was visible: read it fresh, nothing may be missed
+        remaining = [i for i in ids if i not in claimed]
+        return (remaining, False) if len(remaining) >= want else None
+
     def _commit(self, batch: _Batch) -> list[Recorded]:
         events: list[DomainEvent] = []
         for aggregate in batch.aggregates.values():
             events.extend(aggregate.collect_events())
         if not events:
             return []
+        self._prefetch_candidates(batch, events)
         stored = [self.codec.to_stored_event(e) for e in events]
         ops = [op for p in self.inline for e in events for op in p.ops(e, None)]
         ids = self.recorder.insert_events(
