@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from application.background import ProjectionWorker, TimerScheduler
 from application.ports import Clock, SystemClock
 from application.service import Switchboard
+from application.webhooks import Webhooks
+from interfaces.crypto import AesGcmSecretBox
+from interfaces.rules import JqRuleEngine
 from interfaces.security import Argon2Hasher
 from interfaces.settings import Settings
 from interfaces.store.database import DatabaseUrl
@@ -28,8 +31,11 @@ class Container:
     projector: Projector
     views: SqlViews
     app: Switchboard
+    engine: JqRuleEngine
+    webhooks: Webhooks
 
     def close(self) -> None:
+        self.engine.close()
         self.store.close()
 
 
@@ -40,7 +46,9 @@ def build(settings: Settings, *, clock: Clock | None = None) -> Container:
     projector = Projector(store)
     views = SqlViews(store.db, projector)
     app = Switchboard(store, views, clock, Argon2Hasher(), settings.base_url)
-    return Container(settings, clock, store, projector, views, app)
+    engine = JqRuleEngine()  # worker processes start on first use
+    webhooks = Webhooks(app, engine, AesGcmSecretBox(settings.resolved_secret_key()))
+    return Container(settings, clock, store, projector, views, app, engine, webhooks)
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Read models built from the domain events; each tracks its own position in the log."""
 
 from projections.claimable import ClaimableQueue
+from projections.deliveries import Deliveries
 from projections.directory import Directory
 from projections.idempotency_keys import IdempotencyKeys
 from projections.timers import DueTimers
@@ -9,4 +10,4 @@ from projections.todo_rows import TodoRows
 
 def all_projections():
     """Every projection, inline ones first."""
-    return (ClaimableQueue(), DueTimers(), TodoRows(), IdempotencyKeys(), Directory())
+    return (ClaimableQueue(), DueTimers(), TodoRows(), IdempotencyKeys(), Directory(), Deliveries())

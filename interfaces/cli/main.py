@@ -238,6 +238,102 @@ def cmd_audit_export(args, out: Output) -> int:
     return EXIT_OK
 
 
+def cmd_webhook_create(args, out: Output) -> int:
+    with _closing(_container(args)) as c:
+        result = c.webhooks.create(caller=Caller.cli(), endpoint=args.endpoint, source_type=args.source,
+                                   target_queue=args.queue)
+    out.emit(result)
+    return EXIT_OK
+
+
+def cmd_webhook_list(args, out: Output) -> int:
+    with _closing(_container(args)) as c:
+        result = c.webhooks.list(caller=Caller.cli(), endpoint=args.endpoint)
+    out.emit(result, lambda d: _table(d["webhooks"], ("webhook_id", "endpoint_id", "source_type", "target_queue",
+                                                      "trust_mode", "routes", "created_at")))
+    return EXIT_OK
+
+
+def cmd_webhook_rotate(args, out: Output) -> int:
+    with _closing(_container(args)) as c:
+        result = c.webhooks.rotate(args.id, caller=Caller.cli())
+    out.emit(result)
+    return EXIT_OK
+
+
+def cmd_webhook_delete(args, out: Output) -> int:
+    with _closing(_container(args)) as c:
+        result = c.webhooks.delete(args.id, caller=Caller.cli())
+    out.emit(result, lambda r: f"webhook {r['webhook_id']} deleted")
+    return EXIT_OK
+
+
+def _rules_text(r: dict[str, Any]) -> str:
+    return json.dumps({k: r[k] for k in ("rules", "default_action", "params")}, indent=2)
+
+
+def cmd_rules_get(args, out: Output) -> int:
+    with _closing(_container(args)) as c:
+        result = c.webhooks.rules(args.webhook, caller=Caller.cli())
+    out.emit(result, _rules_text)
+    return EXIT_OK
+
+
+def cmd_rules_set(args, out: Output) -> int:
+    document = parse_json_arg("@" + args.file, "rules file")
+    with _closing(_container(args)) as c:
+        result = c.webhooks.set_rules(args.webhook, document, caller=Caller.cli())
+    out.emit(result, _rules_text)
+    return EXIT_OK
+
+
+def _header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise Usage(f"bad --header {text!r}: expected Name:value")
+    return name.strip(), value.strip()
+
+
+def cmd_rules_test(args, out: Output) -> int:
+    if (args.payload is None) == (args.event is None):
+        raise Usage("give exactly one of --payload or --event")
+    headers = dict(_header(h) for h in (args.header or []))
+    payload = parse_json_arg(args.payload, "payload") if args.payload is not None else None
+    candidate = parse_json_arg(args.rules, "rules") if args.rules is not None else None
+    with _closing(_container(args)) as c:
+        result = c.webhooks.test_rules(args.webhook, caller=Caller.cli(), payload=payload, headers=headers,
+                                       event_id=args.event, candidate=candidate, has_payload=args.payload is not None)
+    out.emit(result, lambda r: json.dumps({"decision": r["decision"], "trace": r["trace"]}, indent=2))
+    return EXIT_OK
+
+
+def cmd_rules_replay(args, out: Output) -> int:
+    candidate = parse_json_arg(args.rules, "rules")
+    with _closing(_container(args)) as c:
+        result = c.webhooks.replay(args.webhook, candidate, caller=Caller.cli(), last=args.last)
+    out.emit(result, lambda r: "\n".join(
+        [f"evaluated: {r['evaluated']}"] + [f"{k}: {v}" for k, v in sorted(r["decisions"].items())]
+        + [f"changed: {ch['event_id']} {json.dumps(ch['before'])} -> {json.dumps(ch['after'])}" for ch in r["changed"]]
+    ))
+    return EXIT_OK
+
+
+def cmd_events_list(args, out: Output) -> int:
+    with _closing(_container(args)) as c:
+        result = c.webhooks.list_events(caller=Caller.cli(), webhook_id=args.webhook, limit=args.limit,
+                                        max_limit=1000)
+    out.emit(result, lambda d: _table(d["events"], ("id", "webhook_id", "source", "kind", "trust_mode", "verified",
+                                                    "disposition", "todos_created", "received_at")))
+    return EXIT_OK
+
+
+def cmd_events_show(args, out: Output) -> int:
+    with _closing(_container(args)) as c:
+        result = c.webhooks.get_event(args.id, caller=Caller.cli())
+    out.emit(result)
+    return EXIT_OK
+
+
 class _closing:
     def __init__(self, container) -> None:
         self.container = container
@@ -312,6 +408,41 @@ def build_parser() -> argparse.ArgumentParser:
         ("history", cmd_todo_history, "every domain event of a todo"),
     ):
         command(todo, name, func, help_text).add_argument("id")
+
+    webhook = groups.add_parser("webhook", help="webhooks").add_subparsers(dest="action", required=True, parser_class=_Parser)
+    p = command(webhook, "create", cmd_webhook_create, "create a webhook (the URL and signing secret are shown once)")
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--source", required=True, metavar="TYPE")
+    p.add_argument("--queue", required=True)
+    p = command(webhook, "list", cmd_webhook_list, "list webhooks (never secrets)")
+    p.add_argument("--endpoint")
+    for name, func, help_text in (
+        ("rotate", cmd_webhook_rotate, "new URL and secret; the old ones stop working at once"),
+        ("delete", cmd_webhook_delete, "delete a webhook"),
+    ):
+        command(webhook, name, func, help_text).add_argument("id")
+
+    rules = groups.add_parser("rules", help="routing rules").add_subparsers(dest="action", required=True, parser_class=_Parser)
+    command(rules, "get", cmd_rules_get, "show a webhook's rules").add_argument("webhook")
+    p = command(rules, "set", cmd_rules_set, "validate, dry-run and save rules")
+    p.add_argument("webhook")
+    p.add_argument("--file", required=True, help="rules.json: {rules, default_action?, params?}")
+    p = command(rules, "test", cmd_rules_test, "dry run on a payload or a stored delivery; saves nothing")
+    p.add_argument("webhook")
+    p.add_argument("--payload", help="JSON or @file")
+    p.add_argument("--header", action="append", metavar="NAME:VALUE")
+    p.add_argument("--event", metavar="EVENT_ID")
+    p.add_argument("--rules", help="candidate rules, JSON or @file")
+    p = command(rules, "replay", cmd_rules_replay, "candidate rules against the saved ones over the last N deliveries")
+    p.add_argument("webhook")
+    p.add_argument("--rules", required=True, help="candidate rules, JSON or @file")
+    p.add_argument("--last", type=int, default=1000)
+
+    events = groups.add_parser("events", help="stored deliveries").add_subparsers(dest="action", required=True, parser_class=_Parser)
+    p = command(events, "list", cmd_events_list, "stored deliveries, newest first")
+    p.add_argument("--webhook")
+    p.add_argument("--limit", type=int, default=50)
+    command(events, "show", cmd_events_show, "one delivery with redacted headers").add_argument("id")
 
     projections = groups.add_parser("projections", help="read models").add_subparsers(dest="action", required=True, parser_class=_Parser)
     p = command(projections, "rebuild", cmd_projections_rebuild, "rebuild every read model from the event log")

@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from litestar import Litestar, MediaType, Response, get
 
 from interfaces.bootstrap import Container
+from interfaces.http.errors import EXCEPTION_HANDLERS
+from interfaces.http.ingest import TokenBuckets, ingest_route
 from interfaces.version import VERSION
 
 
@@ -19,4 +21,9 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
             return Response("store down", status_code=503, media_type=MediaType.TEXT)
         return Response(f"ok {VERSION}", media_type=MediaType.TEXT)
 
-    return Litestar(route_handlers=[healthz], openapi_config=None, on_startup=list(on_startup))
+    settings = container.settings
+    buckets = TokenBuckets(settings.ingest_rate, settings.ingest_burst)
+    return Litestar(
+        route_handlers=[healthz, ingest_route(container.webhooks, buckets)],
+        exception_handlers=EXCEPTION_HANDLERS, openapi_config=None, on_startup=list(on_startup),
+    )
