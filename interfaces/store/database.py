@@ -90,17 +90,23 @@ class Tx:
 
     def run_ops(self, ops: Sequence[tuple[str, Sequence[Any]]]) -> None:
         """Runs ops in order, batching runs of the same statement into one executemany."""
-        i = 0
-        while i < len(ops):
-            sql = ops[i][0]
-            j = i
-            while j < len(ops) and ops[j][0] == sql:
-                j += 1
-            if j - i == 1:
-                self.execute(sql, ops[i][1])
-            else:
-                self.executemany(sql, [op[1] for op in ops[i:j]])
-            i = j
+        run_ops(self._cursor, ops, "?" if self._sqlite else "%s")
+
+
+def run_ops(cursor: Any, ops: Sequence[tuple[str, Sequence[Any]]], placeholder: str) -> None:
+    """Runs projection ops on any DB-API cursor; consecutive identical statements go as one executemany."""
+    i = 0
+    while i < len(ops):
+        sql = ops[i][0]
+        j = i
+        while j < len(ops) and ops[j][0] == sql:
+            j += 1
+        statement = sql if placeholder == "%s" else sql.replace("%s", placeholder)
+        if j - i == 1:
+            cursor.execute(statement, tuple(ops[i][1]))
+        else:
+            cursor.executemany(statement, [tuple(op[1]) for op in ops[i:j]])
+        i = j
 
 
 class Database:

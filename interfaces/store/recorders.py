@@ -21,22 +21,8 @@ from psycopg.sql import SQL, Identifier
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 
+from interfaces.store.database import run_ops
 from projections.base import Op
-
-
-def _run(cursor: Any, ops: Sequence[Op], placeholder: str) -> None:
-    i = 0
-    while i < len(ops):
-        sql = ops[i][0]
-        j = i
-        while j < len(ops) and ops[j][0] == sql:
-            j += 1
-        statement = sql.replace("%s", placeholder) if placeholder != "%s" else sql
-        if j - i == 1:
-            cursor.execute(statement, ops[i][1])
-        else:
-            cursor.executemany(statement, [op[1] for op in ops[i:j]])
-        i = j
 
 
 class SqliteEventRecorder(SQLiteApplicationRecorder):
@@ -47,7 +33,7 @@ class SqliteEventRecorder(SQLiteApplicationRecorder):
         ops: Sequence[Op] = kwargs.get("inline_ops", ())
         tracked: Sequence[str] = kwargs.get("inline_tracking", ())
         if ops:
-            _run(c, ops, "?")
+            run_ops(c, ops, "?")
         if tracked and ids:
             c.execute(
                 f"UPDATE sb_tracking SET position = ? WHERE name IN ({', '.join('?' * len(tracked))})",
@@ -114,7 +100,7 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
                     head.execute(self._lock)
                     head.execute(self._notify)
                     inserted.execute(self._insert_arrays, columns)
-                    _run(extra, ops, "%s")
+                    run_ops(extra, ops, "%s")
                     if tracked:
                         extra.execute(self._track, (list(tracked),))
                     head.execute("COMMIT")
