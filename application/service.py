@@ -336,10 +336,11 @@ class Switchboard:
             raise InvalidArgument("title is required")
         if key is not None and (not isinstance(key, str) or not key or len(key.encode()) > KEY_MAX_BYTES):
             raise InvalidArgument(f"key must be 1..{KEY_MAX_BYTES} bytes")
-        try:
+        try:  # UTF-8 encodable too: a lone surrogate is not text any store can keep
             payload_size = len(json.dumps(payload, separators=(",", ":")).encode())
+            json.dumps([title, payload], ensure_ascii=False).encode()
         except (TypeError, ValueError):
-            raise InvalidArgument("payload must be JSON") from None
+            raise InvalidArgument("payload must be JSON and title and payload valid Unicode text") from None
         endpoint_id = _endpoint_uuid(ref)
         todo_id = UUID(bytes=secrets.token_bytes(16), version=4)
 

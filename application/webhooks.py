@@ -35,6 +35,7 @@ from domain.todo import Todo
 from domain.webhook import WEBHOOK_PREFIX, Webhook
 
 DRY_RUN_DELIVERIES = 50
+MEMO_SIZE = 10_000
 REPLAY_DEFAULT, REPLAY_MAX, REPLAY_CHANGED_SHOWN = 1000, 100_000, 100
 _TOKEN = re.compile(r"[0-9a-f]{32}")
 
@@ -78,6 +79,9 @@ class Webhooks:
         self.clock = app.clock
         self.engine = engine
         self.box = box
+        self._located: dict[str, tuple[UUID, UUID]] = {}
+        self._routes: dict[UUID, tuple[UUID, ...]] = {}
+        self._rule_sets: dict[tuple[UUID, int], RuleSet] = {}
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -263,6 +267,7 @@ class Webhooks:
                    has_payload: bool = False) -> dict[str, Any]:
         """A dry run of saved or candidate rules on one payload or one stored delivery; saves nothing."""
         webhook, owner = self._visible(webhook_id, caller)
+        has_payload = has_payload or payload is not None  # the flag only marks a JSON null payload as given
         if has_payload == (event_id is not None):
             raise InvalidArgument("give exactly one of payload or event_id")
         rule_set = (self._candidate(candidate, webhook, owner, require_ids=True) if candidate is not None
@@ -313,40 +318,80 @@ class Webhooks:
 
     # -- ingest --------------------------------------------------------------------------
 
-    def resolve(self, token: str) -> tuple[Webhook, Endpoint]:
-        """The live webhook whose current URL carries this token, else NotFound."""
-        if not _TOKEN.fullmatch(token or ""):
-            raise NotFound("unknown webhook")
-        digest = hashlib.sha256(token.encode()).hexdigest()
+    def _locate(self, digest: str) -> tuple[UUID, UUID] | None:
+        """(webhook, owner endpoint) ids for a token hash; the pairing never changes, so it is memoised."""
+        located = self._located.get(digest)
+        if located is not None:
+            return located
         subject = self.views.subject_of_credential(digest)
         if subject is None:
             self.views.catch_up()
             subject = self.views.subject_of_credential(digest)
         if subject is None or subject[0] != "webhook":
-            raise NotFound("unknown webhook")
+            return None
         webhook = self.store.load(Webhook, _webhook_uuid(subject[1]))
+        if webhook is None:
+            return None
+        if len(self._located) >= MEMO_SIZE:
+            self._located.clear()
+        located = self._located[digest] = (webhook.id, _endpoint_uuid(webhook.endpoint_id))
+        return located
+
+    def resolve(self, token: str) -> tuple[Webhook, Endpoint, dict[UUID, Any]]:
+        """The live webhook whose current URL carries this token, its owner, and what was read."""
+        if not _TOKEN.fullmatch(token or ""):
+            raise NotFound("unknown webhook")
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        located = self._locate(digest)
+        if located is None:
+            raise NotFound("unknown webhook")
+        webhook_uuid, owner_uuid = located
+        known_routes = self._routes.get(webhook_uuid, ())
+        loaded = self.store.load_many(
+            [(Webhook, webhook_uuid), (Endpoint, owner_uuid), *((Endpoint, r) for r in known_routes)]
+        )
+        webhook, owner = loaded[webhook_uuid], loaded[owner_uuid]
+        # the aggregate, not the (eventually consistent) index, says which token is current
         if webhook is None or webhook.deleted or webhook.token_sha256 != digest:
             raise NotFound("unknown webhook")
-        owner = self.store.load(Endpoint, _endpoint_uuid(webhook.endpoint_id))
         if owner is None or not owner.is_active(self.clock.now()):
             raise NotFound("unknown webhook")
-        return webhook, owner
+        self._routes[webhook_uuid] = tuple(_endpoint_uuid(t) for t, _ in webhook.routes)
+        return webhook, owner, loaded
+
+    def _rules_of(self, webhook: Webhook) -> RuleSet:
+        """The saved rule set, parsed once per webhook version."""
+        key = (webhook.id, webhook.version)
+        rule_set = self._rule_sets.get(key)
+        if rule_set is None:
+            if len(self._rule_sets) >= MEMO_SIZE:
+                self._rule_sets.clear()
+            rule_set = self._rule_sets[key] = _rule_set_of(webhook)
+        return rule_set
 
     def ingest(self, token: str, headers: Mapping[str, str], body: bytes, *,
                remote_addr: str | None = None) -> dict[str, Any]:
         """Verifies, routes and records one delivery; returns the 202 body."""
-        webhook, owner = self.resolve(token)
+        webhook, owner, loaded = self.resolve(token)
         lowered = {k.lower(): v for k, v in headers.items()}
         secret = self.box.decrypt(webhook.secret_ciphertext) if webhook.secret_ciphertext else None
-        cairn = verify_signature(webhook.source_type, secret, lowered, body, self.clock.now())
+        now = self.clock.now()
+        cairn = verify_signature(webhook.source_type, secret, lowered, body, now)
         trust_mode, verified = trust_of(webhook.source_type)
         kind = delivery_kind(lowered, cairn)
         key = f"{webhook.webhook_id}:{delivery_id(lowered, webhook.source_type, cairn, body)}"
         content_type = lowered.get("content-type")
         payload = parse_payload(body, content_type)
         redacted = redact_headers(lowered)
-        rule_set = _rule_set_of(webhook)
-        targets = tuple(t for t in webhook.targets if self._active(t))
+        rule_set = self._rules_of(webhook)
+        route_ids = [_endpoint_uuid(t) for t, _ in webhook.routes]
+        missing = [(Endpoint, r) for r in route_ids if r not in loaded]
+        key_ids = {t: key_uuid(t, key) for t in webhook.targets}
+        loaded.update(self.store.load_many([*missing, *((IdempotencyKey, k) for k in key_ids.values())]))
+        targets = tuple(
+            t for t in webhook.targets
+            if (e := loaded.get(_endpoint_uuid(t))) is not None and e.is_active(now)
+        )
         env = envelope(source=webhook.source_type, kind=kind, webhook_id=webhook.webhook_id, trust_mode=trust_mode,
                        verified=verified, content_type=content_type, size=len(body), headers=redacted, payload=payload)
         outcome = self.engine.evaluate(rule_set, env) if rule_set.rules else NoMatch()
@@ -356,7 +401,6 @@ class Webhooks:
         delivery_uuid = uuid4()
         event_id = f"{DELIVERY_PREFIX}{delivery_uuid.hex}"
         actor = f"webhook:{webhook.webhook_id}"
-
         def handler(uow: UnitOfWork) -> list[dict[str, Any]]:
             todos: list[dict[str, Any]] = []
             for endpoint_id in ([] if decision.drop else decision.endpoints):
@@ -376,7 +420,7 @@ class Webhooks:
             ))
             return todos
 
-        todos = self.store.run(handler)
+        todos = self.store.run(handler, hints={k: v for k, v in loaded.items() if not isinstance(v, Webhook)})
         first = todos[0] if todos else None
         answer: dict[str, Any] = {
             "todos": todos, "created": sum(1 for t in todos if t["created"]),
@@ -388,10 +432,6 @@ class Webhooks:
         if decision.faulted:
             answer["faulted"] = True
         return answer
-
-    def _active(self, endpoint_id: str) -> bool:
-        endpoint = self.store.load(Endpoint, _endpoint_uuid(endpoint_id))
-        return endpoint is not None and endpoint.is_active(self.clock.now())
 
     @staticmethod
     def _open_for(uow: UnitOfWork, target: Endpoint, decision: Decision, key: str, **todo: Any) -> dict[str, Any]:

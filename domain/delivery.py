@@ -6,6 +6,7 @@ delivery and its todos exist together or not at all.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -30,7 +31,8 @@ class DeliveryAccepted(DomainEvent):
     content_type: str | None
     size: int
     headers: dict[str, str]
-    body: bytes
+    body: str
+    body_encoding: str
     delivery_key: str
     disposition: str
     routing: dict[str, Any]
@@ -40,15 +42,30 @@ class DeliveryAccepted(DomainEvent):
 DELIVERY_EVENTS = (DeliveryAccepted,)
 
 
+def encode_body(raw: bytes) -> tuple[str, str]:
+    """A body is kept as text when it is UTF-8 (nearly every webhook), else as base64."""
+    try:
+        return raw.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        return base64.b64encode(raw).decode("ascii"), "base64"
+
+
+def decode_body(text: str, encoding: str) -> bytes:
+    """The exact bytes received."""
+    return base64.b64decode(text) if encoding == "base64" else text.encode("utf-8")
+
+
 class Delivery(Aggregate):
     """Immutable once accepted."""
 
     @classmethod
-    def accept(cls, *, id: UUID, now: datetime, actor: str, **fields: Any) -> Delivery:
-        """Records an accepted delivery with its decision and the todos it names."""
+    def accept(cls, *, id: UUID, now: datetime, actor: str, body: bytes, **fields: Any) -> Delivery:
+        """Records an accepted delivery (its exact body) with its decision and the todos it names."""
         delivery = cls()
         delivery.id = id
-        delivery._record(DeliveryAccepted, timestamp=now, actor=actor, cause="ingest", **fields)
+        text, encoding = encode_body(body)
+        delivery._record(DeliveryAccepted, timestamp=now, actor=actor, cause="ingest", body=text,
+                         body_encoding=encoding, **fields)
         return delivery
 
     @property
@@ -60,6 +77,7 @@ class Delivery(Aggregate):
             case DeliveryAccepted():
                 self.__dict__.update({k: v for k, v in vars(event).items()
                                       if k not in ("originator_id", "originator_version")})
+                self.body = decode_body(event.body, event.body_encoding)
                 self.received_at = event.timestamp
             case _:  # pragma: no cover
                 raise TypeError(f"Delivery cannot apply {type(event).__name__}")

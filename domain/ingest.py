@@ -41,6 +41,9 @@ _RFC3339 = re.compile(
     r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})", re.ASCII
 )
 _FORM = "application/x-www-form-urlencoded"
+# where a lone surrogate in a parsed body comes from: a \uD800-\uDFFF escape, or a surrogate
+# code point in the text (json reads bytes with "surrogatepass")
+_SURROGATE_HINT = re.compile("[\ud800-\udfff]|\\\\u[dD][89a-fA-F]")
 
 
 class SignatureRefused(DomainError):
@@ -109,8 +112,8 @@ def _check_cairn_body(headers: Mapping[str, str], body: bytes, now: datetime) ->
     if not isinstance(parsed, dict):
         raise SignatureRefused("a cairn body must be a JSON object")
     event_id = parsed.get("event_id")
-    if not isinstance(event_id, str) or not event_id.strip():
-        raise SignatureRefused("a cairn body needs a non-empty string event_id")
+    if not isinstance(event_id, str) or not event_id.strip() or "\x00" in event_id:
+        raise SignatureRefused("a cairn body needs a non-empty string event_id (without NUL)")
     created_at = _rfc3339(parsed.get("created_at"))
     if created_at is None:
         raise SignatureRefused("a cairn body needs created_at as an RFC 3339 time")
@@ -152,7 +155,7 @@ def delivery_id(
     )
     for candidate in candidates:
         if (
-            isinstance(candidate, str) and candidate.strip()
+            isinstance(candidate, str) and candidate.strip() and "\x00" not in candidate
             and len(candidate.encode(errors="replace")) <= DELIVERY_ID_MAX_BYTES
         ):
             return candidate
@@ -160,12 +163,14 @@ def delivery_id(
 
 
 def delivery_kind(headers: Mapping[str, str], cairn_body: dict | None) -> str | None:
-    """`X-GitHub-Event`, else `X-Gitea-Event`, else the cairn body's `kind`, else None."""
+    """`X-GitHub-Event`, else `X-Gitea-Event`, else the cairn body's `kind`, else None.
+
+    A kind with a NUL character counts as absent: no database text column can hold it."""
     for value in (headers.get("x-github-event"), headers.get("x-gitea-event")):
-        if value and value.strip():
+        if value and value.strip() and "\x00" not in value:
             return value
     kind = cairn_body.get("kind") if isinstance(cairn_body, dict) else None
-    return kind if isinstance(kind, str) and kind.strip() else None
+    return kind if isinstance(kind, str) and kind.strip() and "\x00" not in kind else None
 
 
 def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -194,11 +199,24 @@ def parse_payload(body: bytes, content_type: str | None) -> object | None:
 
 
 def _json(text: bytes | str) -> object | None:
-    """Strict JSON (no NaN or Infinity), or None for anything else, however odd."""
+    """Strict JSON (no NaN or Infinity, no lone surrogates), or None for anything else, however odd."""
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        if isinstance(text, bytes):  # as json.loads would decode it (UTF-8, -16 or -32)
+            text = text.decode(json.detect_encoding(text), "surrogatepass")
+        value = json.loads(text, parse_constant=_refuse_constant)
     except (ValueError, TypeError, RecursionError):
         return None
+    if _SURROGATE_HINT.search(text) and not _is_unicode(value):
+        return None  # `"\ud800"` parses, but is not text: it could be neither stored nor shown
+    return value
+
+
+def _is_unicode(value: object) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode()
+    except (UnicodeEncodeError, ValueError, RecursionError):
+        return False
+    return True
 
 
 def _refuse_constant(name: str) -> object:

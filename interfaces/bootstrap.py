@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 
 from application.background import ProjectionWorker, TimerScheduler
 from application.ports import Clock, SystemClock
+from domain.todo import (
+    LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoFailed, TodoReleased, TodoRequeued,
+)
 from application.service import Switchboard
 from application.webhooks import Webhooks
 from interfaces.crypto import AesGcmSecretBox
@@ -21,6 +24,10 @@ from interfaces.store.eventstore import SqlEventStore
 from interfaces.store.projector import Projector
 from interfaces.store.views import SqlViews
 from projections import all_projections
+
+
+# Events that set, move or clear a lease or retry timer: only they wake the scheduler.
+TIMER_EVENTS = (TodoClaimed, LeaseRenewed, TodoFailed, TodoCompleted, TodoReleased, LeaseExpired, TodoRequeued)
 
 
 @dataclass
@@ -65,8 +72,9 @@ class Background:
         projections = ProjectionWorker(c.projector.catch_up)
 
         def on_commit(recorded) -> None:
-            scheduler.wake.set()
             projections.wake.set()
+            if any(isinstance(r.event, TIMER_EVENTS) for r in recorded):
+                scheduler.wake.set()
 
         c.store.subscribe(on_commit)
         for name, worker in (("scheduler", scheduler), ("projections", projections)):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from domain.delivery import DELIVERY_PREFIX, DeliveryAccepted
+from domain.delivery import DELIVERY_PREFIX, DeliveryAccepted, decode_body
 from domain.events import DomainEvent
 from domain.ingest import parse_payload
 from domain.names import format_id
@@ -41,7 +41,7 @@ class Deliveries:
                 env = envelope(
                     source=event.source, kind=event.kind, webhook_id=event.webhook_id,
                     trust_mode=event.trust_mode, verified=event.verified, content_type=event.content_type,
-                    size=event.size, headers=event.headers, payload=parse_payload(event.body, event.content_type),
+                    size=event.size, headers=event.headers, payload=parse_payload(decode_body(event.body, event.body_encoding), event.content_type),
                 )
                 return [(
                     f"INSERT INTO sb_deliveries ({', '.join(COLUMNS)}) VALUES ({', '.join(['%s'] * len(COLUMNS))})",

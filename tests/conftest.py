@@ -108,3 +108,18 @@ def make_container(tmp_path) -> Iterator[Callable[..., Container]]:
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()
+
+
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def module_store_url(request, tmp_path_factory) -> Iterator[str]:
+    """Like `store_url`, but one store shared by a whole module (e.g. by one running server)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('store')}/switchboard.db"
+    else:
+        yield from pg_database()
+
+
+@pytest.fixture(scope="module")
+def module_pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL database shared by a whole module."""
+    yield from pg_database()

@@ -81,7 +81,8 @@ class Output:
 def _pairs(document: dict[str, Any]) -> str:
     lines = []
     for key, value in document.items():
-        shown = json.dumps(value) if isinstance(value, (dict, list)) else ("" if value is None else value)
+        shown = (json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list))
+                 else ("" if value is None else value))
         lines.append(f"{key}: {shown}")
     return "\n".join(lines)
 

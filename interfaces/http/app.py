@@ -9,6 +9,7 @@ from litestar import Litestar, MediaType, Response, get
 from interfaces.bootstrap import Container
 from interfaces.http.errors import EXCEPTION_HANDLERS
 from interfaces.http.ingest import TokenBuckets, ingest_route
+from interfaces.mcp import McpGateway, Services, mcp_route
 from interfaces.version import VERSION
 
 
@@ -23,7 +24,11 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
 
     settings = container.settings
     buckets = TokenBuckets(settings.ingest_rate, settings.ingest_burst)
-    return Litestar(
-        route_handlers=[healthz, ingest_route(container.webhooks, buckets)],
+    mcp = McpGateway(Services(container.app, container.webhooks), base_url=settings.base_url)
+    app = Litestar(
+        route_handlers=[healthz, ingest_route(container.webhooks, buckets), mcp_route(mcp)],
         exception_handlers=EXCEPTION_HANDLERS, openapi_config=None, on_startup=list(on_startup),
+        lifespan=[mcp.lifespan],  # the MCP session manager runs once, for the app's lifetime
     )
+    app.state.mcp = mcp
+    return app

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+
 from litestar import MediaType, Request, Response
+from litestar.exceptions import HTTPException
 
 from application.errors import StoreUnavailable
 from domain.errors import DomainError
+
+log = logging.getLogger("switchboard.http")
 
 STATUS_BY_CODE = {
     "invalid_argument": 400,
@@ -43,4 +48,27 @@ def unavailable_handler(request: Request, error: StoreUnavailable) -> Response:
     return error_response("store down", "unavailable")
 
 
-EXCEPTION_HANDLERS = {DomainError: domain_error_handler, StoreUnavailable: unavailable_handler}
+# Litestar's own refusals (no such route, wrong method, unreadable request): same body shape
+CODE_BY_STATUS = {
+    400: "invalid_argument", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
+    409: "conflict", 413: "payload_too_large", 422: "validation_failed", 429: "rate_limited", 500: "internal",
+    503: "unavailable",
+}
+
+
+def http_error_handler(request: Request, error: HTTPException) -> Response:
+    status = error.status_code
+    code = CODE_BY_STATUS.get(status, "internal" if status >= 500 else "invalid_argument")
+    return Response({"error": str(error.detail), "code": code}, status_code=status, media_type=MediaType.JSON,
+                    headers=error.headers)
+
+
+def internal_error_handler(request: Request, error: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return error_response("internal error", "internal")
+
+
+EXCEPTION_HANDLERS = {
+    DomainError: domain_error_handler, StoreUnavailable: unavailable_handler,
+    HTTPException: http_error_handler, Exception: internal_error_handler,
+}

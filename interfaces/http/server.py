@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 import uvicorn
 
@@ -20,6 +22,19 @@ class _Stopped(Exception):
 
 def _raise_stopped(signum: int, frame: object) -> None:
     raise _Stopped(signum)
+
+
+class _Uvicorn(uvicorn.Server):
+    """Tells the app the moment a stop is asked for, before uvicorn waits for open connections:
+    the MCP gateway then ends its sessions, so their GET streams close cleanly and at once."""
+
+    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_exit = on_exit
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._on_exit()
+        super().handle_exit(sig, frame)
 
 
 def serve(settings: Settings) -> int:
@@ -50,7 +65,7 @@ def serve(settings: Settings) -> int:
             app, host=settings.host, port=settings.port, log_level="warning", timeout_graceful_shutdown=3,
             lifespan="on",
         )
-        server = uvicorn.Server(config)
+        server = _Uvicorn(config, on_exit=app.state.mcp.stopping)
         try:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, _raise_stopped)

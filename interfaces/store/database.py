@@ -93,8 +93,16 @@ class Tx:
         run_ops(self._cursor, ops, "?" if self._sqlite else "%s")
 
 
+def _storable(params: Sequence[Any]) -> tuple[Any, ...]:
+    """PostgreSQL text cannot hold NUL; replaced the same way on every store (rebuild equals live)."""
+    return tuple(p.replace("\x00", "\ufffd") if isinstance(p, str) and "\x00" in p else p for p in params)
+
+
 def run_ops(cursor: Any, ops: Sequence[tuple[str, Sequence[Any]]], placeholder: str) -> None:
-    """Runs projection ops on any DB-API cursor; consecutive identical statements go as one executemany."""
+    """Runs projection ops on any DB-API cursor; consecutive identical statements go as one executemany.
+
+    Read models are derived data: a value no store can hold must never stop a projection.
+    """
     i = 0
     while i < len(ops):
         sql = ops[i][0]
@@ -103,9 +111,9 @@ def run_ops(cursor: Any, ops: Sequence[tuple[str, Sequence[Any]]], placeholder: 
             j += 1
         statement = sql if placeholder == "%s" else sql.replace("%s", placeholder)
         if j - i == 1:
-            cursor.execute(statement, tuple(ops[i][1]))
+            cursor.execute(statement, _storable(ops[i][1]))
         else:
-            cursor.executemany(statement, [tuple(op[1]) for op in ops[i:j]])
+            cursor.executemany(statement, [_storable(op[1]) for op in ops[i:j]])
         i = j
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from projections.base import Projection, Tracking
+from interfaces.store.database import run_ops
 from interfaces.store.eventstore import SqlEventStore
 
 PAGE = 1000
@@ -35,7 +36,7 @@ class Projector:
     def __init__(self, store: SqlEventStore) -> None:
         self.store = store
         self.db = store.db
-        self._locks = {p.name: threading.Lock() for p in store.projections}
+        self._lock = threading.Lock()
 
     def positions(self) -> dict[str, int]:
         return {name: pos for name, pos in self.db.query("SELECT name, position FROM sb_tracking")}
@@ -45,29 +46,42 @@ class Projector:
         return {name: max(head - pos, 0) for name, pos in self.positions().items()}
 
     def catch_up(self, names: Sequence[str] | None = None) -> int:
-        """Applies every event not yet projected; returns how many were applied."""
-        applied = 0
-        for projection in self.store.projections:
-            if projection.inline or (names is not None and projection.name not in names):
-                continue
-            with self._locks[projection.name]:
-                while True:
-                    count = self._catch_up_page(projection)
-                    applied += count
-                    if count < PAGE:
-                        break
-        return applied
+        """Applies every event not yet projected; returns how many events were read.
 
-    def _catch_up_page(self, projection: Projection) -> int:
+        One pass serves every asynchronous projection: the log is read and decoded once per
+        page, and all their rows and tracking positions move in one transaction.
+        """
+        chosen = [p for p in self.store.projections
+                  if not p.inline and (names is None or p.name in names)]
+        if not chosen:
+            return 0
+        applied = 0
+        with self._lock:
+            while True:
+                count = self._catch_up_page(chosen)
+                applied += count
+                if count < PAGE:
+                    return applied
+
+    def _catch_up_page(self, chosen: Sequence[Projection]) -> int:
         lock = " FOR UPDATE" if self.db.dialect == "postgres" else ""
+        marks = ", ".join(["%s"] * len(chosen))
         with self.db.transaction() as tx:
-            (position,), = tx.execute(f"SELECT position FROM sb_tracking WHERE name = %s{lock}", (projection.name,))
-            recorded = self.store.read_log(position, PAGE)
+            positions = dict(tx.execute(
+                f"SELECT name, position FROM sb_tracking WHERE name IN ({marks}) ORDER BY name{lock}",
+                [p.name for p in chosen],
+            ))
+            start = min(positions[p.name] for p in chosen)
+            recorded = self.store.read_log(start, PAGE)
             if not recorded:
                 return 0
-            ops = [op for r in recorded for op in projection.ops(r.event, r.position)]
-            tx.run_ops(ops)
-            tx.execute("UPDATE sb_tracking SET position = %s WHERE name = %s", (recorded[-1].position, projection.name))
+            for projection in chosen:
+                after = positions[projection.name]
+                tx.run_ops([op for r in recorded if r.position > after for op in projection.ops(r.event, r.position)])
+            tx.executemany(
+                "UPDATE sb_tracking SET position = %s WHERE name = %s",
+                [(recorded[-1].position, p.name) for p in chosen],
+            )
             return len(recorded)
 
     def rebuild(self) -> dict[str, int]:
@@ -109,8 +123,7 @@ class Projector:
                 recorded = [r for r in self.store.read_log(after, PAGE * 5) if r.position <= stop]
                 if not recorded:
                     break
-                for sql, params in (op for r in recorded for op in projection.ops(r.event, r.position)):
-                    shadow.execute(sql.replace("%s", "?"), params)
+                run_ops(shadow.cursor(), [op for r in recorded for op in projection.ops(r.event, r.position)], "?")
                 after = recorded[-1].position
             for table in projection.tables:
                 expected = _rows(shadow.cursor(), table, sqlite=True)

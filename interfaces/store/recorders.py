@@ -99,7 +99,7 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
                     head.execute("BEGIN")
                     head.execute(self._lock)
                     head.execute(self._notify)
-                    inserted.execute(self._insert_arrays, columns)
+                    inserted.execute(self._insert_arrays, columns, binary=True)  # no hex-escaping of bytea
                     run_ops(extra, ops, "%s")
                     if tracked:
                         extra.execute(self._track, (list(tracked),))

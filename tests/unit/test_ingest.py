@@ -259,7 +259,7 @@ def test_cairn_refuses_a_body_without_created_at() -> None:
     assert "created_at" in refusal("cairn", sign("cairn", SECRET, body), body)
 
 
-@pytest.mark.parametrize("event_id", [None, "", "   ", 42, {"id": "x"}])
+@pytest.mark.parametrize("event_id", [None, "", "   ", 42, {"id": "x"}, "evt\x00nul"])
 def test_cairn_refuses_a_body_without_a_usable_event_id(event_id: object) -> None:
     body = cairn_event(NOW, event_id=event_id)
     assert "event_id" in refusal("cairn", sign("cairn", SECRET, body), body)
@@ -443,6 +443,14 @@ def test_kind_falls_to_the_cairn_body_then_none() -> None:
     assert delivery_kind({"content-type": "application/json"}, None) is None
 
 
+def test_a_kind_or_sender_id_with_a_nul_counts_as_absent() -> None:
+    # no PostgreSQL text column can hold NUL: the read models would stop at such a delivery
+    assert delivery_kind({}, {"kind": "artifact\x00created"}) is None
+    assert delivery_kind({"x-github-event": "is\x00sues", "x-gitea-event": "push"}, None) == "push"
+    body = b"{}"
+    assert delivery_id({"x-github-delivery": "a\x00b", "x-delivery-id": "d-1"}, "github", None, body) == "d-1"
+
+
 # --- redaction ----------------------------------------------------------------------------------
 
 
@@ -538,6 +546,30 @@ def test_json_posted_as_a_form_still_parses() -> None:
 def test_anything_else_is_no_payload(body: bytes) -> None:
     assert parse_payload(body, "application/json") is None
     assert parse_payload(body, None) is None
+
+
+@pytest.mark.parametrize("body", [
+    b'{"title": "\\ud800"}', b'["\\uDFFF", 1]', b'{"\\udc00": 1}', b'"\xed\xa0\x80"',
+    '{"a": "\ud800"}'.encode("utf-16", "surrogatepass"),
+])
+def test_json_with_a_lone_surrogate_is_no_payload(body: bytes) -> None:
+    # it parses, but is not text: it could be neither stored nor shown
+    assert parse_payload(body, "application/json") is None
+
+
+def test_a_form_payload_field_with_a_lone_surrogate_is_no_payload() -> None:
+    form = urlencode({"payload": '{"title": "\\ud800"}'}).encode()
+    assert parse_payload(form, "application/x-www-form-urlencoded") is None
+
+
+@pytest.mark.parametrize(("body", "value"), [
+    (b'{"t": "\\ud83d\\ude00"}', {"t": "\U0001F600"}),  # an escaped pair is one character
+    (b'{"t": "\\\\ud800"}', {"t": "\\ud800"}),  # an escaped backslash, then text
+    ('{"t": "caf\u00e9"}'.encode("utf-16"), {"t": "caf\u00e9"}),
+    (b'{"t": "a\\u0000b"}', {"t": "a\x00b"}),
+])
+def test_escapes_that_make_text_still_parse(body: bytes, value: object) -> None:
+    assert parse_payload(body, "application/json") == value
 
 
 @settings(max_examples=300, deadline=None)

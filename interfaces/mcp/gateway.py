@@ -1,0 +1,299 @@
+"""`POST|GET|DELETE /mcp/{slug}`: authenticate, bound and steer each request, then hand it to the SDK.
+
+Order of checks (docs/adr/0010-mcp-transport.md): path (404), method (405), bearer credential
+(401 with `WWW-Authenticate`), slug (403), protocol era (a modern-era request is refused with
+JSON-RPC `-32022` naming the handshake versions, so the SDK client falls back to `initialize`),
+body size (413). Only then does the SDK's session manager see the request, with the endpoint
+and its scoped `Caller` in the ASGI scope. Blocking work runs in worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import anyio.to_thread
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from litestar import asgi
+from litestar.handlers import ASGIRouteHandler
+from litestar.types import Receive as LitestarReceive
+from litestar.types import Scope as LitestarScope
+from litestar.types import Send as LitestarSend
+from starlette.types import Message, Receive, Scope, Send
+
+from application.errors import StoreUnavailable
+from domain.errors import DomainError
+from interfaces.mcp.server import PRINCIPAL, Principal, build_server
+from interfaces.mcp.sessions import SessionManager, SessionRegistry
+from interfaces.mcp.tools import Services
+
+log = logging.getLogger("switchboard.mcp")
+
+MAX_BODY = 1024 * 1024
+REVOCATION_SWEEP_SECONDS = 2.0
+MAX_CREDENTIAL_CHARS = 256
+METHODS = ("POST", "GET", "DELETE")
+WWW_AUTHENTICATE = 'Bearer realm="switchboard"'
+_SLUG_PATH = re.compile(r"/([a-z0-9][a-z0-9-]{0,63})/?")
+_LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+def transport_security(base_url: str) -> TransportSecuritySettings:
+    """DNS-rebinding protection on: the base URL's host plus the loopback names, any port."""
+    hosts = list(_LOCAL_HOSTS)
+    origins = [f"{scheme}://{host}" for host in _LOCAL_HOSTS for scheme in ("http", "https")]
+    parts = urlsplit(base_url)
+    if parts.hostname:
+        host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+        if host not in hosts:
+            hosts.append(host)
+        origins.append(f"{parts.scheme}://{host}")
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[*hosts, *(f"{h}:*" for h in hosts)],
+        allowed_origins=[*origins, *(f"{o}:*" for o in origins)],
+    )
+
+
+async def _respond(send: Send, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+    payload = json.dumps(body, separators=(",", ":")).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": payload})
+
+
+async def _refuse(send: Send, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+    await _respond(send, status, {"error": message, "code": code}, headers)
+
+
+def _header(scope: Scope, name: str) -> str | None:
+    key = name.lower().encode()
+    for k, v in scope.get("headers", ()):
+        if k == key:
+            return v.decode("latin-1")
+    return None
+
+
+def _bearer(scope: Scope) -> str | None:
+    value = _header(scope, "authorization")
+    if value is None:
+        return None
+    scheme, _, credential = value.strip().partition(" ")
+    credential = credential.strip()
+    if scheme.lower() != "bearer" or not credential or len(credential) > MAX_CREDENTIAL_CHARS:
+        return None
+    return credential
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _read_body(scope: Scope, receive: Receive) -> tuple[bytes, list[Message]]:
+    """The whole body (at most MAX_BODY bytes, else _TooLarge) and any message read past it."""
+    declared = _header(scope, "content-length")
+    if declared is not None and declared.strip().isdigit() and int(declared) > MAX_BODY:
+        raise _TooLarge
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks), [message]
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise _TooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks), []
+
+
+def _request_id(body: bytes) -> Any:
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    return message.get("id") if isinstance(message, dict) else None
+
+
+class McpGateway:
+    """The ASGI app behind the `/mcp` mount: one SDK session manager for every endpoint."""
+
+    def __init__(self, services: Services, *, base_url: str, revocation_sweep: float = REVOCATION_SWEEP_SECONDS) -> None:
+        self.services = services
+        self.registry = SessionRegistry()
+        self.server = build_server(services, self.registry)
+        self.manager = SessionManager(
+            self.server, registry=self.registry, security_settings=transport_security(base_url),
+            max_request_body_size=MAX_BODY,
+        )
+        self.revocation_sweep = revocation_sweep
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: anyio.Event | None = None
+
+    @asynccontextmanager
+    async def lifespan(self, _app: object = None) -> AsyncIterator[None]:
+        """Runs the session manager (and the revocation sweep) for the host app's lifetime."""
+        # the SDK logs every session id at INFO; keep its warnings only
+        logging.getLogger("mcp").setLevel(logging.WARNING)
+        self._loop, self._stopping = asyncio.get_running_loop(), anyio.Event()
+        async with self.manager.run():
+            try:
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(self._sweep_revoked)
+                    tasks.start_soon(self._end_sessions_when_set, self._stopping)
+                    try:
+                        yield
+                    finally:
+                        tasks.cancel_scope.cancel()
+            finally:
+                self._loop = None
+                await self.manager.end_all()
+
+    def stopping(self) -> None:
+        """The server is about to stop (safe from a signal handler or another thread): end every
+        session now, so open GET streams finish cleanly instead of holding up the shutdown."""
+        loop, event = self._loop, self._stopping
+        if loop is not None and event is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(event.set)
+
+    async def _end_sessions_when_set(self, stopping: anyio.Event) -> None:
+        await stopping.wait()
+        await self.manager.end_all()
+
+    async def _sweep_revoked(self) -> None:
+        """Ends the live sessions of endpoints revoked or expired since (by any process)."""
+        while True:
+            await anyio.sleep(self.revocation_sweep)
+            self.manager.forget_gone()
+            for endpoint_id, slug in self.registry.endpoints().items():
+                if await self._still_active(slug):
+                    continue
+                for session in self.registry.of_endpoint(endpoint_id):
+                    log.info("ending MCP session %s of revoked endpoint %s", session.session_id[:8], slug)
+                    await self.manager.end(session.session_id)
+
+    async def _still_active(self, slug: str) -> bool:
+        try:
+            await anyio.to_thread.run_sync(self.services.app.endpoint_caller, slug)
+        except DomainError:
+            return False
+        except Exception:  # a store hiccup is not a revocation: look again on the next sweep
+            log.warning("revocation sweep could not load endpoint %s", slug, exc_info=True)
+        return True
+
+    async def _authenticate(self, credential: str) -> Principal | None:
+        def work() -> Principal | None:
+            endpoint = self.services.app.authenticate_endpoint(credential)
+            if endpoint is None:
+                return None
+            return Principal(endpoint, self.services.app.endpoint_caller(endpoint))
+
+        try:
+            return await anyio.to_thread.run_sync(work)
+        except DomainError:  # revoked between the two reads
+            return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # the mount also sees websockets: refuse them
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+            return
+        match = _SLUG_PATH.fullmatch(scope.get("path", ""))
+        if match is None:
+            return await _refuse(send, 404, "not_found", "not found")
+        method = scope["method"]
+        if method not in METHODS:
+            return await _refuse(send, 405, "method_not_allowed", f"{method} is not allowed here",
+                                 {"Allow": ", ".join(METHODS)})
+        credential = _bearer(scope)
+        try:
+            principal = await self._authenticate(credential) if credential is not None else None
+        except StoreUnavailable:
+            return await _refuse(send, 503, "unavailable", "store down")
+        if principal is None:
+            return await _refuse(send, 401, "unauthorized", "missing, unknown, revoked or expired credential",
+                                 {"WWW-Authenticate": WWW_AUTHENTICATE})
+        if principal.endpoint.slug != match.group(1):
+            return await _refuse(send, 403, "forbidden", "this credential does not open this endpoint")
+
+        body, rest = b"", []
+        if method == "POST":
+            try:
+                body, rest = await _read_body(scope, receive)
+            except _TooLarge:
+                return await _refuse(send, 413, "payload_too_large", f"request body over {MAX_BODY} bytes")
+        version = _header(scope, MCP_PROTOCOL_VERSION_HEADER)
+        if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            return await self._refuse_modern_era(send, version, _request_id(body))
+        await self._dispatch(scope, receive, send, principal, body if method == "POST" else None, rest)
+
+    @staticmethod
+    async def _refuse_modern_era(send: Send, version: str, request_id: Any) -> None:
+        """Switchboard speaks the handshake era only (stateful sessions with a GET stream, which the
+        doorbell needs); this error makes the SDK client's `auto` mode fall back to `initialize`."""
+        await _respond(send, 400, {"jsonrpc": "2.0", "id": request_id, "error": {
+            "code": UNSUPPORTED_PROTOCOL_VERSION, "message": "Unsupported protocol version",
+            "data": {"supported": list(HANDSHAKE_PROTOCOL_VERSIONS), "requested": version},
+        }})
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send, principal: Principal,
+                        body: bytes | None, rest: list[Message]) -> None:
+        endpoint = principal.endpoint
+        token = AccessToken(token=endpoint.endpoint_id, client_id=endpoint.endpoint_id, scopes=[])
+        # the SDK binds each session to the principal that opened it: another endpoint's request
+        # naming this session id is answered like an unknown session (404)
+        scope = {**scope, "user": AuthenticatedUser(token), PRINCIPAL: principal}
+        session_id = _header(scope, MCP_SESSION_ID_HEADER)
+        method = scope["method"]
+        pending: list[Message] = ([{"type": "http.request", "body": body, "more_body": False}] if body is not None
+                                  else []) + rest
+
+        async def replay() -> Message:
+            return pending.pop(0) if pending else await receive()
+
+        stream_open = False
+
+        async def watch(message: Message) -> None:
+            nonlocal stream_open
+            if message["type"] == "http.response.start" and message["status"] == 200:
+                if method == "POST" and session_id is None:
+                    opened = dict(message.get("headers", ())).get(MCP_SESSION_ID_HEADER.encode())
+                    if opened:
+                        self.registry.opened(opened.decode("latin-1"), endpoint)
+                elif method == "GET" and session_id is not None and not stream_open:
+                    stream_open = True
+                    self.registry.stream_opened(session_id)
+            await send(message)
+
+        try:
+            await self.manager.handle_request(scope, replay, watch)
+        finally:
+            if stream_open:
+                self.registry.stream_closed(session_id)
+
+
+def mcp_route(gateway: McpGateway) -> ASGIRouteHandler:
+    """The Litestar mount: `@asgi("/mcp/{slug}")` answers 500 in Litestar 2.25, so mount `/mcp`
+    (with a copied scope) and read the slug from the remaining path."""
+
+    @asgi("/mcp", is_mount=True, copy_scope=True)
+    async def mcp(scope: LitestarScope, receive: LitestarReceive, send: LitestarSend) -> None:
+        await gateway(scope, receive, send)  # type: ignore[arg-type]
+
+    return mcp

@@ -1,0 +1,109 @@
+"""The MCP server: `initialize` identity, `tools/list` per endpoint, `tools/call` through the verb table.
+
+One low-level SDK `Server` serves every endpoint. Who calls is not part of the MCP session: the
+gateway authenticates each HTTP request and puts the endpoint and its scoped `Caller` in the ASGI
+scope, which handlers read through `ctx.request` — so a revoked credential fails on its next
+request, whatever session it uses.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.to_thread
+import mcp_types as types
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.models import InitializationOptions
+
+from application.service import Caller
+from domain.endpoint import Endpoint
+from interfaces.mcp.errors import tool_error
+from interfaces.mcp.sessions import SessionRegistry
+from interfaces.mcp.tools import INPUT_SCHEMAS, VERBS, Services, parse_arguments
+from interfaces.version import VERSION
+
+SERVER_NAME = "switchboard"
+CHANNEL_CAPABILITY = "claude/channel"
+PRINCIPAL = "switchboard.principal"
+INSTRUCTIONS = (
+    "Switchboard is your durable work queue: webhooks and operators turn into todos that you claim, "
+    "work on and finish. The queue is the record; a doorbell is only a hint. A "
+    "notifications/claude/channel message ('switchboard: todo … ready on queue …') may arrive late, "
+    "twice, or for a todo another of your sessions already took, and none arrives for work that was "
+    "waiting before you connected. So never act on a notification itself: call claim_next to take "
+    "the oldest available todo ({empty: true} means there is none), call it when you start and again "
+    "after each todo you finish, heartbeat while you work past the lease, then complete or fail the "
+    "todo (or release it to give it back). Errors read '<code>: <message>'."
+)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The endpoint behind one authenticated HTTP request, and the caller it acts as."""
+
+    endpoint: Endpoint
+    caller: Caller
+
+
+class SwitchboardServer(Server[Any]):
+    """Advertises `capabilities.experimental["claude/channel"]`, which the SDK has no setting for."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        experimental = {CHANNEL_CAPABILITY: {}, **(experimental_capabilities or {})}
+        return super().create_initialization_options(notification_options, experimental, extensions)
+
+
+def principal_of(ctx: ServerRequestContext[Any, Any]) -> Principal:
+    """The principal the gateway attached to this request (every MCP request passes the gateway)."""
+    principal = ctx.request.scope.get(PRINCIPAL) if ctx.request is not None else None
+    if not isinstance(principal, Principal):
+        raise RuntimeError("MCP request without an authenticated principal")
+    return principal
+
+
+def tool_result(answer: dict[str, Any]) -> types.CallToolResult:
+    text = json.dumps(answer, ensure_ascii=False, separators=(",", ":"))
+    return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=answer)
+
+
+def tool_failure(code: str, message: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=f"{code}: {message}")], is_error=True)
+
+
+def build_server(services: Services, registry: SessionRegistry) -> SwitchboardServer:
+    """The SDK server whose handlers adapt MCP calls to the application."""
+
+    async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> types.ListToolsResult:
+        verbs = principal_of(ctx).endpoint.verbs
+        return types.ListToolsResult(tools=[
+            types.Tool(name=name, description=VERBS[name].description, input_schema=INPUT_SCHEMAS[name])
+            for name in verbs if name in VERBS
+        ])
+
+    async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+        principal = principal_of(ctx)
+        name = params.name
+        verb = VERBS.get(name)
+        if verb is None or name not in principal.endpoint.verbs:
+            return tool_failure("forbidden", f"tool {name} is not granted to endpoint {principal.endpoint.slug}")
+        try:
+            args = parse_arguments(verb, params.arguments)
+            answer = await anyio.to_thread.run_sync(verb.run, services, principal.caller, args)
+            return tool_result(answer)
+        except Exception as error:  # every failure is a tool error; unexpected ones are logged as internal
+            return tool_failure(*tool_error(error, verb=name))
+
+    server = SwitchboardServer(
+        SERVER_NAME, version=VERSION, instructions=INSTRUCTIONS, on_list_tools=list_tools, on_call_tool=call_tool,
+    )
+    server.middleware.append(registry.remember_peer)
+    return server

@@ -1,0 +1,154 @@
+"""The MCP sessions this process holds, by endpoint, and the SDK session manager that owns them.
+
+The registry is what a doorbell will use to pick one of an endpoint's sessions (preferring those
+with an open GET stream) and push `notifications/claude/channel` to it through `LiveSession.peer`.
+It is confined to the event loop that serves MCP: every change happens there, so it needs no
+lock. Sessions live in this process's memory only (docs/adr/0010-mcp-transport.md).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp.server.context import CallNext, ServerRequestContext
+from mcp.server.session import ServerSession
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from pydantic import BaseModel
+
+from domain.endpoint import Endpoint
+
+
+@dataclass(eq=False)
+class LiveSession:
+    """One initialized MCP session of one endpoint."""
+
+    session_id: str
+    endpoint_id: str
+    slug: str
+    queues: tuple[str, ...]
+    opened_at: float = field(default_factory=time.monotonic)
+    streams: int = 0
+    """Open GET notification streams (0 or 1: the SDK answers a second one 409)."""
+    peer: ServerSession | None = None
+    """Set on the session's first message after `initialize`; its `send_notification` (without a
+    related request id) writes to the session's standalone stream, i.e. the GET stream."""
+
+    @property
+    def has_stream(self) -> bool:
+        return self.streams > 0
+
+    async def notify(self, method: str, params: dict[str, Any]) -> bool:
+        """Sends a server notification on this session's standalone stream (its GET stream);
+        False when the session has no handle yet. Best effort, like the SDK: without an open GET
+        stream the notification is dropped, and a full stream buffer makes this wait, so a
+        caller bounds it with a timeout."""
+        if self.peer is None:
+            return False
+        await self.peer.send_notification(_Notification(method=method, params=params))  # type: ignore[arg-type]
+        return True
+
+
+class _Notification(BaseModel):
+    """Any server notification: the SDK's typed union has no vendor methods such as
+    `notifications/claude/channel`, and `send_notification` only serialises what it is given."""
+
+    method: str
+    params: dict[str, Any] | None = None
+
+
+class SessionRegistry:
+    """Live sessions of this process: opened on a successful `initialize`, closed when the SDK
+    discards the session (DELETE, idle timeout, revocation, shutdown)."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, LiveSession] = {}
+        self._by_endpoint: dict[str, dict[str, LiveSession]] = {}
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def session_ids(self) -> set[str]:
+        return set(self._sessions)
+
+    def get(self, session_id: str) -> LiveSession | None:
+        return self._sessions.get(session_id)
+
+    def opened(self, session_id: str, endpoint: Endpoint) -> LiveSession:
+        session = LiveSession(session_id, endpoint.endpoint_id, endpoint.slug, tuple(endpoint.queues))
+        self._sessions[session_id] = session
+        self._by_endpoint.setdefault(endpoint.endpoint_id, {})[session_id] = session
+        return session
+
+    def closed(self, session_id: str) -> None:
+        session = self._sessions.pop(session_id, None)
+        if session is None:
+            return
+        of_endpoint = self._by_endpoint.get(session.endpoint_id, {})
+        of_endpoint.pop(session_id, None)
+        if not of_endpoint:
+            self._by_endpoint.pop(session.endpoint_id, None)
+
+    def stream_opened(self, session_id: str) -> None:
+        if (session := self._sessions.get(session_id)) is not None:
+            session.streams += 1
+
+    def stream_closed(self, session_id: str) -> None:
+        if (session := self._sessions.get(session_id)) is not None:
+            session.streams = max(0, session.streams - 1)
+
+    def of_endpoint(self, endpoint_id: str) -> list[LiveSession]:
+        """The endpoint's sessions, oldest first."""
+        return list(self._by_endpoint.get(endpoint_id, {}).values())
+
+    def endpoints(self) -> dict[str, str]:
+        """endpoint id → slug, for every endpoint with at least one live session."""
+        return {eid: next(iter(s.values())).slug for eid, s in self._by_endpoint.items() if s}
+
+    async def remember_peer(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+        """SDK middleware: keeps a handle on each session's connection for server-initiated messages."""
+        request = ctx.request
+        session_id = request.headers.get(MCP_SESSION_ID_HEADER) if request is not None else None
+        if session_id is not None:
+            session = self._sessions.get(session_id)
+            if session is not None and session.peer is None:
+                session.peer = ctx.session
+        return await call_next(ctx)
+
+
+class SessionManager(StreamableHTTPSessionManager):
+    """The SDK's stateful session manager, telling the registry when a session ends and able to
+    end sessions itself (a revoked endpoint's, or all of them at shutdown).
+
+    Overrides `_discard_session`, the one place the SDK forgets a session however it ends;
+    pinned by `mcp>=2.3,<3` and covered by the end-to-end tests.
+    """
+
+    def __init__(self, *args: Any, registry: SessionRegistry, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.registry = registry
+
+    async def _discard_session(self, session_id: str, transport: StreamableHTTPServerTransport) -> None:
+        try:
+            await super()._discard_session(session_id, transport)
+        finally:
+            self.registry.closed(session_id)
+
+    async def end(self, session_id: str) -> None:
+        """Terminates one session: its streams close and its id answers 404 from now on."""
+        transport = self._server_instances.get(session_id)
+        if transport is not None:
+            await self._discard_session(session_id, transport)
+        else:
+            self.registry.closed(session_id)
+
+    def forget_gone(self) -> None:
+        """Drops registry entries the SDK no longer holds (a session that failed while opening)."""
+        for session_id in self.registry.session_ids() - set(self._server_instances):
+            self.registry.closed(session_id)
+
+    async def end_all(self) -> None:
+        for session_id in list(self._server_instances):
+            await self.end(session_id)
