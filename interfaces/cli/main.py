@@ -21,6 +21,7 @@ from domain.errors import DomainError, InvalidArgument
 from interfaces.settings import Settings
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
+CLI = Caller.cli()  # the CLI acts with every operator's rights
 
 
 class Usage(Exception):
@@ -122,24 +123,20 @@ def cmd_operator_create(args, out: Output) -> int:
     password = None
     if args.password_stdin:
         password = sys.stdin.readline().rstrip("\r\n")
-    with _closing(_container(args)) as c:
-        result = c.app.create_operator(args.name, password, caller=Caller.cli())
-    out.emit(result, lambda r: f"operator {r['name']} created" + (f"\npassword: {r['password']}" if r["password"] else ""))
-    return EXIT_OK
+    return _act(args, out, lambda c: c.app.create_operator(args.name, password, caller=CLI),
+        lambda r: f"operator {r['name']} created" + (f"\npassword: {r['password']}" if r["password"] else ""))
 
 
 def cmd_operator_token(args, out: Output) -> int:
-    with _closing(_container(args)) as c:
-        result = c.app.mint_operator_token(args.name, caller=Caller.cli())
-    out.emit(result, lambda r: f"token: {r['token']}\n(shown once: store it now)")
-    return EXIT_OK
+    return _act(args, out, lambda c: c.app.mint_operator_token(args.name, caller=CLI),
+        lambda r: f"token: {r['token']}\n(shown once: store it now)")
 
 
 def cmd_endpoint_vend(args, out: Output) -> int:
     ttl_seconds = parse_ttl(args.ttl)  # a usage error before the store is touched
     with _closing(_container(args)) as c:
         result = c.app.vend(
-            args.agent, queues=args.queue, caller=Caller.cli(),
+            args.agent, queues=args.queue, caller=CLI,
             verbs=comma_list(args.verbs) if args.verbs is not None else None,
             webhook_max=args.webhook_max,
             source_types=comma_list(args.source_types) if args.source_types is not None else None,
@@ -152,7 +149,7 @@ def cmd_endpoint_vend(args, out: Output) -> int:
 
 def cmd_endpoint_list(args, out: Output) -> int:
     with _closing(_container(args)) as c:
-        rows = c.app.list_endpoints(caller=Caller.cli())
+        rows = c.app.list_endpoints(caller=CLI)
     out.emit({"endpoints": rows}, lambda d: _table(
         [r | {"queues": ",".join(r["queues"]), "state": "revoked" if r["revoked"] else "active"} for r in d["endpoints"]],
         ("slug", "endpoint_id", "owner", "queues", "state", "expires_at"),
@@ -161,47 +158,38 @@ def cmd_endpoint_list(args, out: Output) -> int:
 
 
 def cmd_endpoint_revoke(args, out: Output) -> int:
-    with _closing(_container(args)) as c:
-        result = c.app.revoke(args.ref, caller=Caller.cli())
-    out.emit(result, lambda r: f"endpoint {r['slug']} revoked; {r['released_leases']} lease(s) released")
-    return EXIT_OK
+    return _act(args, out, lambda c: c.app.revoke(args.ref, caller=CLI),
+        lambda r: f"endpoint {r['slug']} revoked; {r['released_leases']} lease(s) released")
 
 
 def cmd_todo_push(args, out: Output) -> int:
     payload = parse_json_arg(args.payload, "payload") if args.payload is not None else None
-    with _closing(_container(args)) as c:
-        result = c.app.push(args.endpoint, args.title, caller=Caller.cli(), queue=args.queue, payload=payload, key=args.key)
-    out.emit(result, lambda r: f"{r['todo']['id']} {'created' if r['created'] else 'exists'} on {r['todo']['queue']}")
-    return EXIT_OK
-
-
-TODO_COLUMNS = ("id", "queue", "state", "attempt", "owner", "created_at", "title")
+    return _act(
+        args, out,
+        lambda c: c.app.push(args.endpoint, args.title, caller=CLI, queue=args.queue, payload=payload, key=args.key),
+        lambda r: f"{r['todo']['id']} {'created' if r['created'] else 'exists'} on {r['todo']['queue']}",
+    )
 
 
 def cmd_todo_list(args, out: Output) -> int:
     with _closing(_container(args)) as c:
-        rows = c.app.list_todos(caller=Caller.cli(), endpoint=args.endpoint, state=args.state, queue=args.queue, limit=args.limit)
+        rows = c.app.list_todos(caller=CLI, endpoint=args.endpoint, state=args.state, queue=args.queue, limit=args.limit)
     out.emit({"todos": rows}, lambda d: _table(d["todos"], TODO_COLUMNS))
     return EXIT_OK
 
 
 def cmd_todo_show(args, out: Output) -> int:
-    with _closing(_container(args)) as c:
-        todo = c.app.get_todo(args.id, caller=Caller.cli())
-    out.emit(todo)
-    return EXIT_OK
+    return _act(args, out, lambda c: c.app.get_todo(args.id, caller=CLI))
 
 
 def cmd_todo_retry(args, out: Output) -> int:
-    with _closing(_container(args)) as c:
-        row = c.app.retry(args.id, caller=Caller.cli())
-    out.emit(row, lambda r: f"{r['id']} {r['state']} (attempt {r['attempt']}/{r['max_attempts']})")
-    return EXIT_OK
+    return _act(args, out, lambda c: c.app.retry(args.id, caller=CLI),
+        lambda r: f"{r['id']} {r['state']} (attempt {r['attempt']}/{r['max_attempts']})")
 
 
 def cmd_todo_history(args, out: Output) -> int:
     with _closing(_container(args)) as c:
-        history = c.app.history(args.id, caller=Caller.cli())
+        history = c.app.history(args.id, caller=CLI)
     out.emit({"events": history["events"]}, lambda d: "\n".join(
         f"{e['position']:>8}  v{e['version']:<3} {e['time']}  {e['type']:<14} {e['actor']:<28} {e['cause']:<16} "
         + json.dumps(e["data"], separators=(",", ":"))
@@ -240,33 +228,23 @@ def cmd_audit_export(args, out: Output) -> int:
 
 
 def cmd_webhook_create(args, out: Output) -> int:
-    with _closing(_container(args)) as c:
-        result = c.webhooks.create(caller=Caller.cli(), endpoint=args.endpoint, source_type=args.source,
-                                   target_queue=args.queue)
-    out.emit(result)
-    return EXIT_OK
+    return _act(args, out, lambda c: c.webhooks.create(
+        caller=CLI, endpoint=args.endpoint, source_type=args.source, target_queue=args.queue))
 
 
 def cmd_webhook_list(args, out: Output) -> int:
-    with _closing(_container(args)) as c:
-        result = c.webhooks.list(caller=Caller.cli(), endpoint=args.endpoint)
-    out.emit(result, lambda d: _table(d["webhooks"], ("webhook_id", "endpoint_id", "source_type", "target_queue",
-                                                      "trust_mode", "routes", "created_at")))
-    return EXIT_OK
+    columns = ("webhook_id", "endpoint_id", "source_type", "target_queue", "trust_mode", "routes", "created_at")
+    return _act(args, out, lambda c: c.webhooks.list(caller=CLI, endpoint=args.endpoint),
+                lambda d: _table(d["webhooks"], columns))
 
 
 def cmd_webhook_rotate(args, out: Output) -> int:
-    with _closing(_container(args)) as c:
-        result = c.webhooks.rotate(args.id, caller=Caller.cli())
-    out.emit(result)
-    return EXIT_OK
+    return _act(args, out, lambda c: c.webhooks.rotate(args.id, caller=CLI))
 
 
 def cmd_webhook_delete(args, out: Output) -> int:
-    with _closing(_container(args)) as c:
-        result = c.webhooks.delete(args.id, caller=Caller.cli())
-    out.emit(result, lambda r: f"webhook {r['webhook_id']} deleted")
-    return EXIT_OK
+    return _act(args, out, lambda c: c.webhooks.delete(args.id, caller=CLI),
+        lambda r: f"webhook {r['webhook_id']} deleted")
 
 
 def _rules_text(r: dict[str, Any]) -> str:
@@ -274,18 +252,12 @@ def _rules_text(r: dict[str, Any]) -> str:
 
 
 def cmd_rules_get(args, out: Output) -> int:
-    with _closing(_container(args)) as c:
-        result = c.webhooks.rules(args.webhook, caller=Caller.cli())
-    out.emit(result, _rules_text)
-    return EXIT_OK
+    return _act(args, out, lambda c: c.webhooks.rules(args.webhook, caller=CLI), _rules_text)
 
 
 def cmd_rules_set(args, out: Output) -> int:
     document = parse_json_arg("@" + args.file, "rules file")
-    with _closing(_container(args)) as c:
-        result = c.webhooks.set_rules(args.webhook, document, caller=Caller.cli())
-    out.emit(result, _rules_text)
-    return EXIT_OK
+    return _act(args, out, lambda c: c.webhooks.set_rules(args.webhook, document, caller=CLI), _rules_text)
 
 
 def _header(text: str) -> tuple[str, str]:
@@ -301,37 +273,45 @@ def cmd_rules_test(args, out: Output) -> int:
     headers = dict(_header(h) for h in (args.header or []))
     payload = parse_json_arg(args.payload, "payload") if args.payload is not None else None
     candidate = parse_json_arg(args.rules, "rules") if args.rules is not None else None
-    with _closing(_container(args)) as c:
-        result = c.webhooks.test_rules(args.webhook, caller=Caller.cli(), payload=payload, headers=headers,
-                                       event_id=args.event, candidate=candidate, has_payload=args.payload is not None)
-    out.emit(result, lambda r: json.dumps({"decision": r["decision"], "trace": r["trace"]}, indent=2))
-    return EXIT_OK
+    return _act(
+        args, out,
+        lambda c: c.webhooks.test_rules(args.webhook, caller=CLI, payload=payload, headers=headers, event_id=args.event,
+                                        candidate=candidate, has_payload=args.payload is not None),
+        lambda r: json.dumps({"decision": r["decision"], "trace": r["trace"]}, indent=2),
+    )
 
 
 def cmd_rules_replay(args, out: Output) -> int:
     candidate = parse_json_arg(args.rules, "rules")
-    with _closing(_container(args)) as c:
-        result = c.webhooks.replay(args.webhook, candidate, caller=Caller.cli(), last=args.last)
-    out.emit(result, lambda r: "\n".join(
-        [f"evaluated: {r['evaluated']}"] + [f"{k}: {v}" for k, v in sorted(r["decisions"].items())]
-        + [f"changed: {ch['event_id']} {json.dumps(ch['before'])} -> {json.dumps(ch['after'])}" for ch in r["changed"]]
-    ))
-    return EXIT_OK
+    return _act(
+        args, out, lambda c: c.webhooks.replay(args.webhook, candidate, caller=CLI, last=args.last),
+        lambda r: "\n".join(
+            [f"evaluated: {r['evaluated']}"] + [f"{k}: {v}" for k, v in sorted(r["decisions"].items())]
+            + [f"changed: {ch['event_id']} {json.dumps(ch['before'])} -> {json.dumps(ch['after'])}"
+               for ch in r["changed"]]
+        ),
+    )
 
 
 def cmd_events_list(args, out: Output) -> int:
-    with _closing(_container(args)) as c:
-        result = c.webhooks.list_events(caller=Caller.cli(), webhook_id=args.webhook, limit=args.limit,
-                                        max_limit=1000)
-    out.emit(result, lambda d: _table(d["events"], ("id", "webhook_id", "source", "kind", "trust_mode", "verified",
-                                                    "disposition", "todos_created", "received_at")))
-    return EXIT_OK
+    columns = ("id", "webhook_id", "source", "kind", "trust_mode", "verified", "disposition", "todos_created",
+               "received_at")
+    return _act(
+        args, out,
+        lambda c: c.webhooks.list_events(caller=CLI, webhook_id=args.webhook, limit=args.limit, max_limit=1000),
+        lambda d: _table(d["events"], columns),
+    )
 
 
 def cmd_events_show(args, out: Output) -> int:
+    return _act(args, out, lambda c: c.webhooks.get_event(args.id, caller=CLI))
+
+
+def _act(args, out: Output, call: Callable[[Any], Any], text: Callable[[Any], str] | None = None) -> int:
+    """Builds the container, runs one application call, prints its answer."""
     with _closing(_container(args)) as c:
-        result = c.webhooks.get_event(args.id, caller=Caller.cli())
-    out.emit(result)
+        result = call(c)
+    out.emit(result, text)
     return EXIT_OK
 
 
