@@ -3,6 +3,7 @@
 from projections.claimable import ClaimableQueue
 from projections.deliveries import Deliveries
 from projections.directory import Directory
+from projections.doorbell import Doorbells
 from projections.idempotency_keys import IdempotencyKeys
 from projections.timers import DueTimers
 from projections.todo_rows import TodoRows
@@ -10,4 +11,4 @@ from projections.todo_rows import TodoRows
 
 def all_projections():
     """Every projection, inline ones first."""
-    return (ClaimableQueue(), DueTimers(), TodoRows(), IdempotencyKeys(), Directory(), Deliveries())
+    return (ClaimableQueue(), DueTimers(), Doorbells(), TodoRows(), IdempotencyKeys(), Directory(), Deliveries())

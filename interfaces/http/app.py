@@ -6,11 +6,17 @@ from collections.abc import Callable, Sequence
 
 from litestar import Litestar, MediaType, Response, get
 
+from domain.todo import LeaseExpired, TodoOpened, TodoReleased, TodoRequeued
 from interfaces.bootstrap import Container
 from interfaces.http.errors import EXCEPTION_HANDLERS
 from interfaces.http.ingest import TokenBuckets, ingest_route
 from interfaces.mcp import McpGateway, Services, mcp_route
+from interfaces.mcp.doorbell import Doorbell
+from interfaces.store.rings import SqlRings
 from interfaces.version import VERSION
+
+# Events after which a todo may be pending: only they wake the doorbell's scan.
+MAKES_PENDING = (TodoOpened, TodoReleased, LeaseExpired, TodoRequeued)
 
 
 def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]] = ()) -> Litestar:
@@ -24,7 +30,19 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
 
     settings = container.settings
     buckets = TokenBuckets(settings.ingest_rate, settings.ingest_burst)
-    mcp = McpGateway(Services(container.app, container.webhooks), base_url=settings.base_url)
+    store = container.store
+    listen = (store.url.conninfo(), store.recorder.channel_name) if store.url.dialect == "postgres" else None
+    mcp = McpGateway(
+        Services(container.app, container.webhooks), base_url=settings.base_url,
+        doorbell=lambda registry: Doorbell(registry, SqlRings(store.db), container.clock, listen=listen),
+    )
+    doorbell = mcp.doorbell
+
+    def on_commit(recorded) -> None:  # a local todo became claimable: scan at once, not at the next poll
+        if any(isinstance(r.event, MAKES_PENDING) for r in recorded):
+            doorbell.wake()
+
+    store.subscribe(on_commit)
     app = Litestar(
         route_handlers=[healthz, ingest_route(container.webhooks, buckets), mcp_route(mcp)],
         exception_handlers=EXCEPTION_HANDLERS, openapi_config=None, on_startup=list(on_startup),

@@ -12,6 +12,7 @@ import time
 
 import anyio
 from litestar import MediaType, Request, Response, post
+from litestar.params import FromPath
 
 from application.webhooks import Webhooks
 from interfaces.http.errors import error_response
@@ -60,7 +61,7 @@ def ingest_route(webhooks: Webhooks, buckets: TokenBuckets):
     """The ingest handler, closed over the application it calls."""
 
     @post("/webhooks/w/{token:str}", status_code=202, media_type=MediaType.JSON, request_max_body_size=None)
-    async def ingest(request: Request, token: str) -> Response:
+    async def ingest(request: Request, token: FromPath[str]) -> Response:
         client = request.client.host if request.client else "unknown"
         wait = buckets.take(client)
         if wait > 0:

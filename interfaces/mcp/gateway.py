@@ -13,7 +13,7 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit
@@ -36,6 +36,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from application.errors import StoreUnavailable
 from domain.errors import DomainError
+from interfaces.mcp.doorbell import Doorbell
 from interfaces.mcp.server import PRINCIPAL, Principal, build_server
 from interfaces.mcp.sessions import SessionManager, SessionRegistry
 from interfaces.mcp.tools import Services
@@ -134,9 +135,11 @@ def _request_id(body: bytes) -> Any:
 class McpGateway:
     """The ASGI app behind the `/mcp` mount: one SDK session manager for every endpoint."""
 
-    def __init__(self, services: Services, *, base_url: str, revocation_sweep: float = REVOCATION_SWEEP_SECONDS) -> None:
+    def __init__(self, services: Services, *, base_url: str, revocation_sweep: float = REVOCATION_SWEEP_SECONDS,
+                 doorbell: Callable[[SessionRegistry], Doorbell] | None = None) -> None:
         self.services = services
         self.registry = SessionRegistry()
+        self.doorbell = doorbell(self.registry) if doorbell is not None else None
         self.server = build_server(services, self.registry)
         self.manager = SessionManager(
             self.server, registry=self.registry, security_settings=transport_security(base_url),
@@ -148,7 +151,7 @@ class McpGateway:
 
     @asynccontextmanager
     async def lifespan(self, _app: object = None) -> AsyncIterator[None]:
-        """Runs the session manager (and the revocation sweep) for the host app's lifetime."""
+        """Runs the session manager (with the revocation sweep and the doorbell) for the host app's lifetime."""
         # the SDK logs every session id at INFO; keep its warnings only
         logging.getLogger("mcp").setLevel(logging.WARNING)
         self._loop, self._stopping = asyncio.get_running_loop(), anyio.Event()
@@ -157,6 +160,8 @@ class McpGateway:
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(self._sweep_revoked)
                     tasks.start_soon(self._end_sessions_when_set, self._stopping)
+                    if self.doorbell is not None:
+                        tasks.start_soon(self.doorbell.run)
                     try:
                         yield
                     finally:

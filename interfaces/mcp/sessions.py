@@ -1,7 +1,7 @@
 """The MCP sessions this process holds, by endpoint, and the SDK session manager that owns them.
 
-The registry is what a doorbell will use to pick one of an endpoint's sessions (preferring those
-with an open GET stream) and push `notifications/claude/channel` to it through `LiveSession.peer`.
+The doorbell (interfaces/mcp/doorbell.py) uses the registry to pick one of an endpoint's sessions
+with an open GET stream and push `notifications/claude/channel` to it through `LiveSession.peer`.
 It is confined to the event loop that serves MCP: every change happens there, so it needs no
 lock. Sessions live in this process's memory only (docs/adr/0010-mcp-transport.md).
 """

@@ -38,6 +38,7 @@ from domain.todo import (
 from interfaces.store.codec import EventCodec
 from interfaces.store.database import Database, DatabaseUrl
 from interfaces.store.recorders import PostgresEventRecorder, SqliteEventRecorder
+from interfaces.store.rings import RINGS_DDL
 from projections.base import Projection, Tracking, micros
 
 log = logging.getLogger("switchboard.store")
@@ -158,24 +159,6 @@ class _Unit:
                 self._batch.aggregates[aggregate_id] = saved
 
 
-class _Datastore(PostgresDatastore):
-    """eventsourcing's datastore without server-side prepared statements.
-
-    After a failed pipelined insert (a lost optimistic-concurrency race) psycopg's cache of
-    prepared statements no longer matches the server's ("prepared statement _pg3_N does not
-    exist" on the next use of that connection), so we do not prepare at all.
-    """
-
-    def after_connect_func(self):
-        configure = super().after_connect_func()
-
-        def after_connect(conn) -> None:
-            configure(conn)
-            conn.prepare_threshold = None
-
-        return after_connect
-
-
 class SqlEventStore:
     """The EventStore port on SQLite or PostgreSQL."""
 
@@ -215,7 +198,9 @@ class SqlEventStore:
                 # any connection is busy it blocks until all are idle, a concurrent caller fails
                 # with a bare AssertionError, and a 5 s wait closes the whole pool. Reaching the
                 # server is already checked, with a timeout, by self.db.open() above.
-                self.datastore = _Datastore(
+                # eventsourcing's datastore serves reads (streams, the log); appends go through
+                # the recorder's own one-round-trip connection (recorders.py)
+                self.datastore = PostgresDatastore(
                     url.dbname, url.host, url.port, url.user, url.password,
                     pool_size=4, max_overflow=8, connect_timeout=5,
                 )
@@ -238,7 +223,7 @@ class SqlEventStore:
         return self
 
     def _migrate(self, tx: Any) -> None:
-        for statement in Tracking.DDL:
+        for statement in (*Tracking.DDL, *RINGS_DDL):
             tx.execute(statement)
         for projection in self.projections:
             for statement in projection.ddl:

@@ -1,4 +1,4 @@
-"""The per-process session registry the doorbell will use, seen from inside a real server.
+"""The per-process session registry the doorbell uses, seen from inside a real server.
 
 The app runs under uvicorn in a thread of the test process (so the registry can be inspected on
 the server's event loop) and is driven over real HTTP by the official `mcp` client in its
@@ -23,6 +23,7 @@ from mcp.client import Client, ClientExtension, NotificationBinding
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import BaseModel
 
+from application.ports import Clock
 from application.service import Caller
 from interfaces.bootstrap import build
 from interfaces.http.app import create_app
@@ -55,11 +56,12 @@ class ChannelListener(ClientExtension):
 
 
 class InProcess:
-    def __init__(self, tmp_path) -> None:
+    def __init__(self, tmp_path, clock: Clock | None = None) -> None:
         port = free_port()
         self.base = f"http://127.0.0.1:{port}"
-        self.container = build(Settings(database_url=f"sqlite:///{tmp_path}/s.db", data_dir=str(tmp_path),
-                                        base_url=self.base, port=port))
+        self.url = f"sqlite:///{tmp_path}/s.db"
+        self.container = build(Settings(database_url=self.url, data_dir=str(tmp_path),
+                                        base_url=self.base, port=port), clock=clock)
         self.container.app.ensure_admin()
         self.app = create_app(self.container)
         self.gateway: McpGateway = self.app.state.mcp
@@ -116,10 +118,11 @@ def inproc(tmp_path) -> Iterator[InProcess]:
 
 
 @asynccontextmanager
-async def connect(vend: dict[str, Any], listener: ChannelListener) -> AsyncIterator[Client]:
+async def connect(vend: dict[str, Any], listener: ChannelListener, url: str | None = None) -> AsyncIterator[Client]:
     headers = {"Authorization": f"Bearer {vend['credential']}"}
     async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
-        async with Client(streamable_http_client(vend["mcp_url"], http_client=http), extensions=[listener]) as client:
+        async with Client(streamable_http_client(url or vend["mcp_url"], http_client=http),
+                          extensions=[listener]) as client:
             yield client
 
 

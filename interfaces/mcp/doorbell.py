@@ -1,0 +1,162 @@
+"""The doorbell: rings one live session of an endpoint when one of its todos becomes claimable.
+
+Every process runs one `Doorbell` on the event loop that serves MCP (the session registry is
+confined to it). It never learns of todos by message: the inline `sb_doorbell` projection holds
+every pending todo and since when, written in the transaction of the event that made it pending,
+whichever process (a server, the CLI) wrote it. The doorbell scans it for rings due on the
+endpoints it holds sessions of — when a local commit or a PostgreSQL NOTIFY wakes it, and at least
+every POLL seconds — takes each ring once across processes (`sb_rings`, the primary key decides),
+and pushes `notifications/claude/channel` to one session, rotating between the endpoint's
+sessions. A process holding no deliverable session of an endpoint takes none of its rings, so
+the process that does rings it. See docs/adr/0011-doorbell.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from application.ports import Clock
+from domain.doorbell import RING_GRACE, ring_message
+from interfaces.mcp.sessions import LiveSession, SessionRegistry
+from interfaces.store.rings import DueRing, SqlRings
+
+log = logging.getLogger("switchboard.doorbell")
+
+CHANNEL = "notifications/claude/channel"
+POLL = 0.5
+"""Longest wait between two scans: bounds how late a todo written by a process that cannot wake
+this one (SQLite) is rung."""
+MIN_GAP = 0.05
+"""Shortest time between two scans, so a burst of commits costs a few scans, not one each."""
+PUSH_TIMEOUT = 2.0
+"""How long one session may hold up a ring (its stream buffer holds 16) before the next is tried."""
+PRUNE_EVERY = 600.0
+LISTEN_RETRY = 5.0
+
+
+class Doorbell:
+    """Scans for due rings of the endpoints this process holds sessions of, and rings them."""
+
+    def __init__(self, registry: SessionRegistry, rings: SqlRings, clock: Clock, *,
+                 listen: tuple[str, str] | None = None, poll: float = POLL,
+                 push_timeout: float = PUSH_TIMEOUT) -> None:
+        self.registry = registry
+        self.rings = rings
+        self.clock = clock
+        self.listen = listen
+        """(conninfo, channel) of the PostgreSQL NOTIFY sent with every append, or None."""
+        self.poll = poll
+        self.push_timeout = push_timeout
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event: asyncio.Event | None = None
+        self._decided: dict[tuple[str, int, int], datetime] = {}
+        self._turns: dict[str, int] = {}
+        self._pruned = 0.0
+        self._failing = False
+
+    def wake(self) -> None:
+        """Scan now (safe from any thread, e.g. the store's writer after a commit)."""
+        loop, event = self._loop, self._event
+        if loop is not None and event is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # the loop closed meanwhile
+                pass
+
+    async def run(self) -> None:
+        """Rings until cancelled (entered once, in the MCP gateway's lifespan)."""
+        self._loop, self._event = asyncio.get_running_loop(), asyncio.Event()
+        try:
+            async with anyio.create_task_group() as tasks:
+                if self.listen is not None:
+                    tasks.start_soon(self._listen, *self.listen)
+                while True:
+                    with anyio.move_on_after(self.poll):
+                        await self._event.wait()
+                    self._event.clear()
+                    try:
+                        await self.tick(tasks)
+                        if self._failing:
+                            log.warning("doorbell recovered")
+                        self._failing = False
+                    except Exception:  # a store hiccup: keep ringing once it is back
+                        if not self._failing:
+                            log.exception("doorbell scan failed (will retry)")
+                        self._failing = True
+                    await anyio.sleep(MIN_GAP)
+        finally:
+            self._loop = self._event = None
+
+    @staticmethod
+    def deliverable(session: LiveSession, queue: str) -> bool:
+        """A session can take a ring: its scope covers the queue and it has an open GET stream
+        (without one the SDK drops every server notification)."""
+        return session.has_stream and session.peer is not None and queue in session.queues
+
+    async def tick(self, tasks: Any) -> None:
+        """One scan: takes every ring due now on this process's endpoints and starts its push."""
+        endpoints = [eid for eid in self.registry.endpoints()
+                     if any(s.has_stream and s.peer is not None for s in self.registry.of_endpoint(eid))]
+        now = self.clock.now()
+        self._forget(now)
+        if not endpoints:
+            return
+        for ring in await anyio.to_thread.run_sync(self.rings.due, endpoints, now):
+            if ring.key in self._decided:
+                continue
+            sessions = [s for s in self.registry.of_endpoint(ring.endpoint_id) if self.deliverable(s, ring.queue)]
+            if not sessions:  # none of ours can take it: leave it to another process
+                continue
+            taken = await anyio.to_thread.run_sync(self.rings.take, ring, now)
+            self._decided[ring.key] = now + 2 * RING_GRACE
+            if taken:
+                tasks.start_soon(self._push, self._rotate(ring.endpoint_id, sessions), ring)
+        if time.monotonic() - self._pruned > PRUNE_EVERY:
+            self._pruned = time.monotonic()
+            await anyio.to_thread.run_sync(self.rings.prune, now)
+
+    def _rotate(self, endpoint_id: str, sessions: Sequence[LiveSession]) -> list[LiveSession]:
+        """The endpoint's sessions starting with the next one in turn (round robin per endpoint)."""
+        turn = self._turns.get(endpoint_id, 0)
+        self._turns[endpoint_id] = turn + 1
+        first = turn % len(sessions)
+        return [*sessions[first:], *sessions[:first]]
+
+    def _forget(self, now: datetime) -> None:
+        for key in [k for k, until in self._decided.items() if until <= now]:
+            del self._decided[key]
+
+    async def _push(self, sessions: Sequence[LiveSession], ring: DueRing) -> None:
+        """Pushes one ring to the first session that takes it within the timeout."""
+        params = ring_message(ring.todo_id, ring.queue, ring.title, ring.kind, ring.source)
+        for session in sessions:
+            with anyio.move_on_after(self.push_timeout):
+                try:
+                    if await session.notify(CHANNEL, params):
+                        return
+                except Exception as error:  # the session ended meanwhile: try the next one
+                    log.debug("ring of %s to session %s failed: %s", ring.todo_id, session.session_id[:8], error)
+        log.info("ring %d of todo %s reached no session", ring.ring_no, ring.todo_id)
+
+    async def _listen(self, conninfo: str, channel: str) -> None:
+        """Wakes the scan on every PostgreSQL append (by any process); polling covers any gap."""
+        import psycopg
+
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+                    await conn.execute(f'LISTEN "{channel}"')
+                    async for _ in conn.notifies():
+                        if self._event is not None:
+                            self._event.set()
+            except Exception as error:  # the database restarted: poll until it is back
+                log.debug("doorbell LISTEN lost: %s", error)
+            await anyio.sleep(LISTEN_RETRY)

@@ -1,0 +1,53 @@
+"""Doorbell candidates: which todos are pending, since when, and what a ring says. Written inline.
+
+One row per todo that is not done (quarantined todos have none: they are never rung). While the
+todo is pending, `pending_since` is when it became so and `spell` the version of the event that
+made it so (one pending spell = one ring schedule, docs/adr/0011-doorbell.md); both are null while
+it is claimed, failed or dead-lettered. Being inline, a row is visible to every process the moment
+its event commits, which is how a process learns of todos another process opened.
+"""
+
+from __future__ import annotations
+
+from domain.events import DomainEvent
+from domain.names import QUARANTINE, TODO_PREFIX, format_id
+from domain.todo import (
+    LeaseExpired, TodoClaimed, TodoCompleted, TodoFailed, TodoOpened, TodoReleased, TodoRequeued,
+)
+from projections.base import Op, micros
+
+_SET = "UPDATE sb_doorbell SET spell = %s, pending_since = %s WHERE todo_id = %s"
+
+
+class Doorbells:
+    name = "doorbell"
+    inline = True
+    tables = ("sb_doorbell",)
+    ddl = (
+        "CREATE TABLE IF NOT EXISTS sb_doorbell (todo_id TEXT PRIMARY KEY, endpoint_id TEXT NOT NULL,"
+        " queue TEXT NOT NULL, source TEXT, kind TEXT, title TEXT NOT NULL, spell BIGINT,"
+        " pending_since BIGINT)",
+        "CREATE INDEX IF NOT EXISTS sb_doorbell_pending ON sb_doorbell (endpoint_id, pending_since)"
+        " WHERE pending_since IS NOT NULL",
+    )
+
+    def ops(self, event: DomainEvent, position: int | None) -> list[Op]:
+        todo_id = format_id(TODO_PREFIX, event.originator_id)
+        pending = (event.originator_version, micros(event.timestamp), todo_id)
+        match event:
+            case TodoOpened() if event.queue != QUARANTINE:
+                return [(
+                    "INSERT INTO sb_doorbell (todo_id, endpoint_id, queue, source, kind, title, spell,"
+                    " pending_since) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                    (todo_id, event.endpoint_id, event.queue, event.source, event.kind, event.title,
+                     event.originator_version, micros(event.timestamp)),
+                )]
+            case TodoClaimed() | TodoFailed():
+                return [(_SET, (None, None, todo_id))]
+            case LeaseExpired() | TodoReleased():
+                return [(_SET, (None, None, todo_id) if event.dead_letter else pending)]
+            case TodoRequeued():
+                return [(_SET, pending)]
+            case TodoCompleted():
+                return [("DELETE FROM sb_doorbell WHERE todo_id = %s", (todo_id,))]
+        return []
