@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 from litestar import Litestar, MediaType, Response, get
 
+from domain.endpoint import EndpointRevoked
 from domain.todo import LeaseExpired, TodoOpened, TodoReleased, TodoRequeued
 from interfaces.bootstrap import Container
 from interfaces.http.errors import EXCEPTION_HANDLERS
@@ -38,9 +39,11 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
     )
     doorbell = mcp.doorbell
 
-    def on_commit(recorded) -> None:  # a local todo became claimable: scan at once, not at the next poll
+    def on_commit(recorded) -> None:
         if any(isinstance(r.event, MAKES_PENDING) for r in recorded):
-            doorbell.wake()
+            doorbell.wake()  # a local todo became claimable: scan at once, not at the next poll
+        if any(isinstance(r.event, EndpointRevoked) for r in recorded):
+            mcp.revocation_seen()  # end that endpoint's sessions and streams at once
 
     store.subscribe(on_commit)
     app = Litestar(

@@ -44,7 +44,7 @@ from interfaces.mcp.tools import Services
 log = logging.getLogger("switchboard.mcp")
 
 MAX_BODY = 1024 * 1024
-REVOCATION_SWEEP_SECONDS = 2.0
+REVOCATION_SWEEP_SECONDS = 1.0  # how late another process's revocation ends this process's streams
 MAX_CREDENTIAL_CHARS = 256
 METHODS = ("POST", "GET", "DELETE")
 WWW_AUTHENTICATE = 'Bearer realm="switchboard"'
@@ -148,13 +148,14 @@ class McpGateway:
         self.revocation_sweep = revocation_sweep
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: anyio.Event | None = None
+        self._revoked: asyncio.Event | None = None
 
     @asynccontextmanager
     async def lifespan(self, _app: object = None) -> AsyncIterator[None]:
         """Runs the session manager (with the revocation sweep and the doorbell) for the host app's lifetime."""
         # the SDK logs every session id at INFO; keep its warnings only
         logging.getLogger("mcp").setLevel(logging.WARNING)
-        self._loop, self._stopping = asyncio.get_running_loop(), anyio.Event()
+        self._loop, self._stopping, self._revoked = asyncio.get_running_loop(), anyio.Event(), asyncio.Event()
         async with self.manager.run():
             try:
                 async with anyio.create_task_group() as tasks:
@@ -177,6 +178,12 @@ class McpGateway:
         if loop is not None and event is not None and not loop.is_closed():
             loop.call_soon_threadsafe(event.set)
 
+    def revocation_seen(self) -> None:
+        """A revocation was committed here (safe from any thread): sweep now, not at the next tick."""
+        loop, event = self._loop, self._revoked
+        if loop is not None and event is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(event.set)
+
     async def _end_sessions_when_set(self, stopping: anyio.Event) -> None:
         await stopping.wait()
         await self.manager.end_all()
@@ -184,7 +191,11 @@ class McpGateway:
     async def _sweep_revoked(self) -> None:
         """Ends the live sessions of endpoints revoked or expired since (by any process)."""
         while True:
-            await anyio.sleep(self.revocation_sweep)
+            with anyio.move_on_after(self.revocation_sweep):
+                if self._revoked is not None:
+                    await self._revoked.wait()
+            if self._revoked is not None:
+                self._revoked.clear()
             self.manager.forget_gone()
             for endpoint_id, slug in self.registry.endpoints().items():
                 if await self._still_active(slug):

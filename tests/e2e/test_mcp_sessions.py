@@ -159,13 +159,17 @@ def test_registry_tracks_sessions_streams_and_can_push_to_one(inproc):
 
 def test_revocation_ends_the_endpoints_sessions_only(inproc):
     doomed, kept = inproc.vend("doomed"), inproc.vend("kept")
+    inproc.gateway.revocation_sweep = 30  # so only the revocation's own commit can end the session in time
 
     async def scenario() -> None:
         async with connect(doomed, ChannelListener()), connect(kept, ChannelListener()):
             await inproc.wait_for(doomed["endpoint_id"], lambda s: len(s) == 1 and s[0][1] == 1)
             await inproc.wait_for(kept["endpoint_id"], lambda s: len(s) == 1 and s[0][1] == 1)
             await anyio.to_thread.run_sync(lambda: inproc.container.app.revoke(doomed["slug"], caller=Caller.cli()))
-            await inproc.wait_for(doomed["endpoint_id"], lambda s: s == [])  # the sweep ended it
+            revoked_at = time.monotonic()
+            await inproc.wait_for(doomed["endpoint_id"], lambda s: s == [])
+            # ended by the revocation itself (a local commit), not by the once-a-second sweep
+            assert time.monotonic() - revoked_at < 0.5
             assert len(await inproc.sessions(kept["endpoint_id"])) == 1
 
     anyio.run(scenario)
