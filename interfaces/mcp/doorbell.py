@@ -34,7 +34,7 @@ CHANNEL = "notifications/claude/channel"
 POLL = 0.5
 """Longest wait between two scans: bounds how late a todo written by a process that cannot wake
 this one (SQLite) is rung."""
-MIN_GAP = 0.05
+MIN_GAP = 0.01
 """Shortest time between two scans, so a burst of commits costs a few scans, not one each."""
 PUSH_TIMEOUT = 2.0
 """How long one session may hold up a ring (its stream buffer holds 16) before the next is tried."""
