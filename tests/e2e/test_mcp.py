@@ -29,6 +29,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from domain.endpoint import ALL_VERBS
 from interfaces.version import VERSION
 from tests.e2e._support import Cli, Server
+from tests.e2e.test_mcp_sessions import ChannelListener
 from tests.fixtures import fixture, sign
 
 AUTH_401 = {"error": "missing, unknown, revoked or expired credential", "code": "unauthorized"}
@@ -76,11 +77,12 @@ def bearer(vend: dict[str, Any]) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def connect(vend: dict[str, Any]) -> AsyncIterator[Client]:
+async def connect(vend: dict[str, Any], *extensions: Any) -> AsyncIterator[Client]:
     """The official client in its default (auto) mode, configured exactly as the vended mcp_json says."""
     server = vend["mcp_json"]["mcpServers"]["switchboard"]
     async with httpx2.AsyncClient(headers=server["headers"], timeout=httpx2.Timeout(30, read=300)) as http:
-        async with Client(streamable_http_client(server["url"], http_client=http)) as client:
+        async with Client(streamable_http_client(server["url"], http_client=http),
+                          extensions=list(extensions)) as client:
             yield client
 
 
@@ -215,8 +217,10 @@ def test_http_refusals_before_the_sdk(stack):
 def test_round_trip_from_a_signed_delivery_to_a_completed_todo(stack):
     vend = stack.vend(agent("builder"), "--queue", "builds", "--source-types", "github")
 
+    doorbell = ChannelListener()
+
     async def scenario() -> None:
-        async with connect(vend) as client, httpx.AsyncClient(timeout=10) as http:
+        async with connect(vend, doorbell) as client, httpx.AsyncClient(timeout=10) as http:
             hook = await call(client, "create_webhook", source_type="github", target_queue="builds")
             assert hook["source_type"] == "github" and hook["trust_mode"] == "signed"
             assert hook["ingest_url"].startswith(f"{stack.base}/webhooks/w/")
@@ -232,6 +236,12 @@ def test_round_trip_from_a_signed_delivery_to_a_completed_todo(stack):
                        **sign("github", hook["signing_secret"], body)}
             accepted = await deliver(http, hook["ingest_url"], body, headers)
             assert accepted["created"] == 1 and accepted["verified"] is True
+            with anyio.fail_after(3):  # the doorbell: a hint that work is ready, with the right meta
+                while not doorbell.received:
+                    await anyio.sleep(0.02)
+            [ring] = doorbell.received
+            assert ring.meta == {"todo_id": accepted["id"], "queue": "builds", "kind": "issues", "source": "github"}
+            assert ring.content.startswith(f'switchboard: todo {accepted["id"]} ready on queue "builds"')
 
             claimed = await call(client, "claim_next", claimant="e2e", lease_ttl_seconds=120)
             assert claimed["empty"] is False
