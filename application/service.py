@@ -17,11 +17,11 @@ from uuid import UUID
 
 from application.ports import Clock, EventStore, UnitOfWork
 from application.presenters import endpoint_view, iso, todo_full, todo_row
-from domain.endpoint import Endpoint, credential_hash, endpoint_uuid
+from domain.endpoint import Endpoint, credential_hash, endpoint_uuid, endpoint_uuid_of
 from domain.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from domain.idempotency import KEY_MAX_BYTES, IdempotencyKey, key_uuid
 from domain.names import (
-    ENDPOINT_PREFIX, QUARANTINE, TODO_PREFIX, check_queue_name, parse_id, slugify,
+    QUARANTINE, TODO_PREFIX, check_queue_name, parse_id, slugify,
 )
 from domain.operator import Operator, check_operator_name, operator_uuid
 from domain.todo import STATES, Todo, effective_lease
@@ -113,12 +113,6 @@ def _todo_uuid(todo_id: object) -> UUID:
     if parsed is None:
         raise NotFound(f"todo {todo_id} not found")
     return parsed
-
-
-def _endpoint_uuid(ref: object) -> UUID:
-    if not isinstance(ref, str) or not ref:
-        raise NotFound(f"endpoint {ref} not found")
-    return parse_id(ENDPOINT_PREFIX, ref) or endpoint_uuid(ref)
 
 
 def _check_limit(limit: int | None, default: int, maximum: int) -> int:
@@ -243,8 +237,8 @@ class Switchboard:
 
     def endpoint(self, ref: str, *, caller: Caller) -> Endpoint:
         """The endpoint named by slug or id, if the caller may see it."""
-        endpoint = self.store.load(Endpoint, _endpoint_uuid(ref))
-        if endpoint is None or not self._owns(caller, endpoint):
+        endpoint = self.store.load(Endpoint, endpoint_uuid_of(ref))
+        if endpoint is None or not self.owns(caller, endpoint):
             raise NotFound(f"endpoint {ref} not found")
         return endpoint
 
@@ -256,7 +250,7 @@ class Switchboard:
             subject = self.views.subject_of_credential(credential_hash(credential))
         if subject is None or subject[0] != "endpoint":
             return None
-        endpoint = self.store.load(Endpoint, _endpoint_uuid(subject[1]))
+        endpoint = self.store.load(Endpoint, endpoint_uuid_of(subject[1]))
         if endpoint is None or not endpoint.is_active(self.clock.now()):
             return None
         return endpoint
@@ -264,7 +258,7 @@ class Switchboard:
     def endpoint_caller(self, endpoint: Endpoint | str) -> Caller:
         """The caller an authenticated endpoint acts as (active now, else Forbidden)."""
         if isinstance(endpoint, str):
-            loaded = self.store.load(Endpoint, _endpoint_uuid(endpoint))
+            loaded = self.store.load(Endpoint, endpoint_uuid_of(endpoint))
             if loaded is None:
                 raise NotFound(f"endpoint {endpoint} not found")
             endpoint = loaded
@@ -275,11 +269,11 @@ class Switchboard:
 
     def revoke(self, ref: str, *, caller: Caller) -> dict[str, Any]:
         """Revokes at once: the credential stops working and held leases are released."""
-        endpoint_id = _endpoint_uuid(ref)
+        endpoint_id = endpoint_uuid_of(ref)
 
         def handler(uow: UnitOfWork) -> Endpoint:
             endpoint = uow.get(Endpoint, endpoint_id)
-            if endpoint is None or not self._owns(caller, endpoint):
+            if endpoint is None or not self.owns(caller, endpoint):
                 raise NotFound(f"endpoint {ref} not found")
             endpoint.revoke(now=uow.now, actor=caller.label)
             return endpoint
@@ -303,11 +297,11 @@ class Switchboard:
         return self.store.run(handler)
 
     def set_default_lease(self, ref: str, seconds: int | None, *, caller: Caller) -> dict[str, Any]:
-        endpoint_id = _endpoint_uuid(ref)
+        endpoint_id = endpoint_uuid_of(ref)
 
         def handler(uow: UnitOfWork) -> Endpoint:
             endpoint = uow.get(Endpoint, endpoint_id)
-            if endpoint is None or not self._owns(caller, endpoint):
+            if endpoint is None or not self.owns(caller, endpoint):
                 raise NotFound(f"endpoint {ref} not found")
             endpoint.set_default_lease(now=uow.now, actor=caller.label, seconds=seconds)
             return endpoint
@@ -341,12 +335,12 @@ class Switchboard:
             json.dumps([title, payload], ensure_ascii=False).encode()
         except (TypeError, ValueError):
             raise InvalidArgument("payload must be JSON and title and payload valid Unicode text") from None
-        endpoint_id = _endpoint_uuid(ref)
+        endpoint_id = endpoint_uuid_of(ref)
         todo_id = UUID(bytes=secrets.token_bytes(16), version=4)
 
         def handler(uow: UnitOfWork) -> tuple[Todo, bool]:
             endpoint = uow.get(Endpoint, endpoint_id)
-            if endpoint is None or not self._owns(caller, endpoint):
+            if endpoint is None or not self.owns(caller, endpoint):
                 raise NotFound(f"endpoint {ref} not found")
             if not endpoint.is_active(uow.now):
                 raise Conflict(f"endpoint {endpoint.slug} is revoked or expired")
@@ -480,7 +474,7 @@ class Switchboard:
                 if todo.endpoint_id != scope.endpoint_id or todo.queue not in scope.queues:
                     raise NotFound(f"todo {todo_id} not found")
             else:
-                endpoint = uow.get(Endpoint, _endpoint_uuid(todo.endpoint_id))
+                endpoint = uow.get(Endpoint, endpoint_uuid_of(todo.endpoint_id))
                 if endpoint is None or not self._may_touch(caller, endpoint, todo):
                     raise NotFound(f"todo {todo_id} not found")
                 if caller.kind == "endpoint" and not endpoint.is_active(uow.now):
@@ -503,7 +497,7 @@ class Switchboard:
         return endpoint
 
     @staticmethod
-    def _owns(caller: Caller, endpoint: Endpoint) -> bool:
+    def owns(caller: Caller, endpoint: Endpoint) -> bool:
         if caller.superuser:
             return True
         if caller.kind == "operator":
@@ -514,7 +508,7 @@ class Switchboard:
         """Agents see only their own todos in their own queues (never quarantine)."""
         if caller.kind == "endpoint":
             return endpoint.slug == caller.name and todo.queue in endpoint.queues
-        return self._owns(caller, endpoint)
+        return self.owns(caller, endpoint)
 
     # -- the scheduler's commands --------------------------------------------------------
 
@@ -550,7 +544,7 @@ class Switchboard:
         todo = self.store.load(Todo, _todo_uuid(todo_id))
         if todo is None:
             raise NotFound(f"todo {todo_id} not found")
-        endpoint = self.store.load(Endpoint, _endpoint_uuid(todo.endpoint_id))
+        endpoint = self.store.load(Endpoint, endpoint_uuid_of(todo.endpoint_id))
         if endpoint is None or not self._may_touch(caller, endpoint, todo):
             raise NotFound(f"todo {todo_id} not found")
         return todo

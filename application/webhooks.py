@@ -18,16 +18,16 @@ from uuid import UUID, uuid4
 
 from application.ports import UnitOfWork
 from application.presenters import iso
-from application.service import Caller, Switchboard, _endpoint_uuid
+from application.service import Caller, Switchboard
 from domain.delivery import DELIVERY_PREFIX, Delivery
-from domain.endpoint import Endpoint, SOURCE_TYPES, endpoint_uuid
+from domain.endpoint import SOURCE_TYPES, Endpoint, endpoint_uuid_of
 from domain.errors import Forbidden, InvalidArgument, NotFound
 from domain.idempotency import IdempotencyKey, key_uuid
 from domain.ingest import (
     SIGNED_SOURCES, delivery_id, delivery_kind, derive_title, new_signing_secret, parse_payload,
     redact_headers, trust_of, verify_signature,
 )
-from domain.names import QUARANTINE, TODO_PREFIX, check_queue_name, parse_id
+from domain.names import ENDPOINT_PREFIX, QUARANTINE, TODO_PREFIX, check_queue_name, format_id, parse_id
 from domain.routing import (
     Decision, Faulted, Matched, NoMatch, RuleSet, check_grant, decide, envelope, parse_rule_set,
 )
@@ -103,11 +103,11 @@ class Webhooks:
         token, secret = self._mint(source_type)
         trust_mode, _ = trust_of(source_type)
         webhook_uuid = uuid4()
-        endpoint_id = _endpoint_uuid(endpoint)
+        endpoint_id = endpoint_uuid_of(endpoint)
 
         def handler(uow: UnitOfWork) -> Webhook:
             owner = uow.get(Endpoint, endpoint_id)
-            if owner is None or not self.app._owns(caller, owner):
+            if owner is None or not self.app.owns(caller, owner):
                 raise NotFound(f"endpoint {endpoint} not found")
             webhook = Webhook.create(
                 id=webhook_uuid, now=uow.now, actor=caller.label, endpoint_id=owner.endpoint_id,
@@ -137,8 +137,8 @@ class Webhooks:
         webhook = self.store.load(Webhook, _webhook_uuid(webhook_id))
         if webhook is None or (live and webhook.deleted):
             raise NotFound(f"webhook {webhook_id} not found")
-        owner = self.store.load(Endpoint, _endpoint_uuid(webhook.endpoint_id))
-        if owner is None or not self.app._owns(caller, owner):
+        owner = self.store.load(Endpoint, endpoint_uuid_of(webhook.endpoint_id))
+        if owner is None or not self.app.owns(caller, owner):
             raise NotFound(f"webhook {webhook_id} not found")
         return webhook, owner
 
@@ -167,7 +167,7 @@ class Webhooks:
     def delete(self, webhook_id: str, *, caller: Caller) -> dict[str, Any]:
         def change(webhook: Webhook, uow: UnitOfWork):
             webhook.delete(now=uow.now, actor=caller.label)
-            owner = uow.get(Endpoint, _endpoint_uuid(webhook.endpoint_id))
+            owner = uow.get(Endpoint, endpoint_uuid_of(webhook.endpoint_id))
             if owner is not None:
                 owner.detach_webhook(now=uow.now, actor=caller.label, webhook_id=webhook.webhook_id)
             return {"webhook_id": webhook.webhook_id, "deleted": True}
@@ -200,7 +200,7 @@ class Webhooks:
     # -- routes --------------------------------------------------------------------------
 
     def _route_target(self, target_endpoint_id: str, owner: Endpoint) -> Endpoint:
-        target = self.store.load(Endpoint, _endpoint_uuid(target_endpoint_id)) if target_endpoint_id else None
+        target = self.store.load(Endpoint, endpoint_uuid_of(target_endpoint_id)) if target_endpoint_id else None
         if target is None or not target.is_active(self.clock.now()) or target.owner != owner.owner:
             raise Forbidden("target endpoint is unknown, revoked or not yours")
         return target
@@ -214,8 +214,7 @@ class Webhooks:
 
     def remove_route(self, webhook_id: str, target_endpoint_id: str, *, caller: Caller) -> dict[str, Any]:
         self._visible(webhook_id, caller)
-        target = parse_id("ep_", target_endpoint_id)
-        target_id = f"ep_{target.hex}" if target else f"ep_{endpoint_uuid(str(target_endpoint_id)).hex}"
+        target_id = format_id(ENDPOINT_PREFIX, endpoint_uuid_of(target_endpoint_id))
         self._change(webhook_id, caller, lambda w, uow: w.remove_route(
             now=uow.now, actor=caller.label, target_endpoint_id=target_id))
         return {"webhook_id": webhook_id, "target_endpoint_id": target_id, "removed": True}
@@ -334,7 +333,7 @@ class Webhooks:
             return None
         if len(self._located) >= MEMO_SIZE:
             self._located.clear()
-        located = self._located[digest] = (webhook.id, _endpoint_uuid(webhook.endpoint_id))
+        located = self._located[digest] = (webhook.id, endpoint_uuid_of(webhook.endpoint_id))
         return located
 
     def resolve(self, token: str) -> tuple[Webhook, Endpoint, dict[UUID, Any]]:
@@ -356,7 +355,7 @@ class Webhooks:
             raise NotFound("unknown webhook")
         if owner is None or not owner.is_active(self.clock.now()):
             raise NotFound("unknown webhook")
-        self._routes[webhook_uuid] = tuple(_endpoint_uuid(t) for t, _ in webhook.routes)
+        self._routes[webhook_uuid] = tuple(endpoint_uuid_of(t) for t, _ in webhook.routes)
         return webhook, owner, loaded
 
     def _rules_of(self, webhook: Webhook) -> RuleSet:
@@ -384,13 +383,13 @@ class Webhooks:
         payload = parse_payload(body, content_type)
         redacted = redact_headers(lowered)
         rule_set = self._rules_of(webhook)
-        route_ids = [_endpoint_uuid(t) for t, _ in webhook.routes]
+        route_ids = [endpoint_uuid_of(t) for t, _ in webhook.routes]
         missing = [(Endpoint, r) for r in route_ids if r not in loaded]
         key_ids = {t: key_uuid(t, key) for t in webhook.targets}
         loaded.update(self.store.load_many([*missing, *((IdempotencyKey, k) for k in key_ids.values())]))
         targets = tuple(
             t for t in webhook.targets
-            if (e := loaded.get(_endpoint_uuid(t))) is not None and e.is_active(now)
+            if (e := loaded.get(endpoint_uuid_of(t))) is not None and e.is_active(now)
         )
         env = envelope(source=webhook.source_type, kind=kind, webhook_id=webhook.webhook_id, trust_mode=trust_mode,
                        verified=verified, content_type=content_type, size=len(body), headers=redacted, payload=payload)
@@ -404,7 +403,7 @@ class Webhooks:
         def handler(uow: UnitOfWork) -> list[dict[str, Any]]:
             todos: list[dict[str, Any]] = []
             for endpoint_id in ([] if decision.drop else decision.endpoints):
-                target = uow.get(Endpoint, _endpoint_uuid(endpoint_id))
+                target = uow.get(Endpoint, endpoint_uuid_of(endpoint_id))
                 if target is None or not target.is_active(uow.now):
                     continue
                 todos.append(self._open_for(uow, target, decision, key, title=title, kind=kind,
@@ -496,8 +495,8 @@ class Webhooks:
         delivery = self.store.load(Delivery, parsed) if parsed else None
         if delivery is None:
             raise NotFound(f"event {event_id} not found")
-        owner = self.store.load(Endpoint, _endpoint_uuid(delivery.endpoint_id))
-        if owner is None or not self.app._owns(caller, owner):
+        owner = self.store.load(Endpoint, endpoint_uuid_of(delivery.endpoint_id))
+        if owner is None or not self.app.owns(caller, owner):
             raise NotFound(f"event {event_id} not found")
         payload = parse_payload(delivery.body, delivery.content_type)
         return {

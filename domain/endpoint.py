@@ -5,11 +5,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from uuid import UUID
+from uuid import UUID, uuid5
 
-from domain.errors import CeilingExceeded, Conflict, Forbidden, ForbiddenSourceType, InvalidArgument
+from domain.errors import CeilingExceeded, Conflict, Forbidden, ForbiddenSourceType, InvalidArgument, NotFound
 from domain.events import Aggregate, DomainEvent
-from domain.names import ENDPOINT_PREFIX, check_queue_name, format_id
+from domain.names import ENDPOINT_PREFIX, check_queue_name, format_id, parse_id
 from domain.todo import DEFAULT_LEASE, MAX_LEASE, MIN_DEFAULT_LEASE
 
 TODO_VERBS = (
@@ -228,6 +228,11 @@ _ENDPOINT_NAMESPACE = UUID("3d8f6a0e-9b1c-4f7e-a2d4-5c6b7e8f9a01")
 
 def endpoint_uuid(slug: str) -> UUID:
     """An endpoint's id is derived from its slug, so slugs are unique by construction."""
-    from uuid import uuid5
-
     return uuid5(_ENDPOINT_NAMESPACE, slug)
+
+
+def endpoint_uuid_of(ref: object) -> UUID:
+    """An endpoint is named by its `ep_` id or by its slug, everywhere."""
+    if not isinstance(ref, str) or not ref:
+        raise NotFound(f"endpoint {ref} not found")
+    return parse_id(ENDPOINT_PREFIX, ref) or endpoint_uuid(ref)
