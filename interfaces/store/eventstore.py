@@ -209,11 +209,18 @@ class SqlEventStore:
                 with self.db.transaction() as tx:
                     tx.execute("SELECT pg_advisory_xact_lock(715517)")
                     self.recorder.create_table()
-                    self._migrate(tx)
-                    # lz4 compresses event bodies several times faster than the default pglz
-                    if tx.execute("SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression'"
-                                  " AND 'lz4' = ANY(enumvals)"):
+                    # lz4 compresses event bodies several times faster than the default pglz. Only
+                    # when not yet set, and before any projection DDL: ALTER takes the events table's
+                    # strongest lock, and taking it while holding a projection table's lock would
+                    # deadlock with a running server's append (events table first, then projections).
+                    if tx.execute(
+                        "SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals)"
+                    ) and not tx.execute(
+                        "SELECT 1 FROM pg_attribute WHERE attrelid = 'stored_events'::regclass"
+                        " AND attname = 'state' AND attcompression = 'l'"
+                    ):
                         tx.execute("ALTER TABLE stored_events ALTER COLUMN state SET COMPRESSION lz4")
+                    self._migrate(tx)
             else:
                 self.recorder.create_table()
                 with self.db.transaction() as tx:
@@ -500,10 +507,13 @@ class SqlEventStore:
             for position, version, topic, state in rows
         ]
 
-    def read_log(self, after: int, limit: int) -> list[Recorded]:
-        """Events after a position, in log order."""
+    def read_log(self, after: int, limit: int, *, types: Sequence[type[DomainEvent]] = (),
+                 stop: int | None = None) -> list[Recorded]:
+        """Events after a position (up to `stop`, of these types if given), in log order."""
         try:
-            notes = self.recorder.select_notifications(start=after, limit=limit, inclusive_of_start=False)
+            notes = self.recorder.select_notifications(
+                start=after, limit=limit, stop=stop, topics=[t.__name__ for t in types], inclusive_of_start=False,
+            )
         except PersistenceError as error:
             raise StoreUnavailable(f"store unavailable: {error}") from None
         return [
