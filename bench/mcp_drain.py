@@ -35,7 +35,6 @@ import json
 import os
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID, uuid5
@@ -25,6 +26,21 @@ LEASE_VERBS = ("get_default_lease", "set_default_lease")
 ALL_VERBS = TODO_VERBS + WEBHOOK_VERBS + LEASE_VERBS
 SOURCE_TYPES = ("github", "gitea", "cairn", "generic")
 DEFAULT_WEBHOOK_MAX = 5
+
+
+_LIFETIME = re.compile(r"(\d{1,9})\s*([smhd])")
+_LIFETIME_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_lifetime(text: str) -> int | None:
+    """An endpoint lifetime `<n>s|m|h|d` in seconds, or None for `never` (CONTRACT §11)."""
+    text = text.strip()
+    if text == "never":
+        return None
+    match = _LIFETIME.fullmatch(text)
+    if not match or int(match.group(1)) == 0:
+        raise InvalidArgument(f"lifetime {text!r} must be <n>s, <n>m, <n>h, <n>d or never")
+    return int(match.group(1)) * _LIFETIME_UNITS[match.group(2)]
 
 
 def credential_hash(credential: str) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any, NoReturn
 
 from application.errors import ConfigurationError, StoreUnavailable
 from application.service import Caller
+from domain.endpoint import parse_lifetime
 from domain.errors import DomainError, InvalidArgument
 from interfaces.settings import Settings
 
@@ -40,12 +40,10 @@ class _Parser(argparse.ArgumentParser):
 
 def parse_ttl(text: str) -> int | None:
     """`<n>s|m|h|d` in seconds, or None for `never`."""
-    if text == "never":
-        return None
-    match = re.fullmatch(r"(\d+)([smhd])", text)
-    if not match or int(match.group(1)) == 0:
-        raise Usage(f"bad --ttl {text!r}: expected <n>s|m|h|d or never")
-    return int(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+    try:
+        return parse_lifetime(text)
+    except InvalidArgument:
+        raise Usage(f"bad --ttl {text!r}: expected <n>s|m|h|d or never") from None
 
 
 def parse_json_arg(text: str, what: str) -> Any:
@@ -86,6 +84,9 @@ def _pairs(document: dict[str, Any]) -> str:
                  else ("" if value is None else value))
         lines.append(f"{key}: {shown}")
     return "\n".join(lines)
+
+
+TODO_COLUMNS = ("id", "queue", "state", "attempt", "owner", "created_at", "title")
 
 
 def _table(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:

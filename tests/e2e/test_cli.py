@@ -181,6 +181,9 @@ def test_todo_push_list_show_history(store_url, tmp_path, make_container):
     filtered = cli.json("todo", "list", "--endpoint", slug, "--state", "pending", "--queue", "other")
     assert [row["id"] for row in filtered["todos"]] == [second_id]
     assert [row["id"] for row in cli.json("todo", "list", "--limit", "1")["todos"]] == [second_id]
+    table = cli.run("todo", "list").ok().stdout.splitlines()  # without --json: a table, newest first
+    assert table[0].split() == ["ID", "QUEUE", "STATE", "ATTEMPT", "OWNER", "CREATED_AT", "TITLE"]
+    assert [line.split()[0] for line in table[1:]] == [second_id, todo["id"]]
 
     shown = cli.json("todo", "show", second_id)
     assert shown["id"] == second_id and shown["payload"] == {"from": "file", "list": [1, 2, 3]}

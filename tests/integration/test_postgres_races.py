@@ -17,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from application.service import Caller
 from tests.integration._support import CLI, count_rows, push_many, vend_worker
 
 pytestmark = pytest.mark.postgres
