@@ -21,12 +21,13 @@ from domain.endpoint import Endpoint, credential_hash, endpoint_uuid, endpoint_u
 from domain.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from domain.idempotency import KEY_MAX_BYTES, IdempotencyKey, key_uuid
 from domain.names import (
-    QUARANTINE, TODO_PREFIX, check_queue_name, parse_id, slugify,
+    OPERATOR_PREFIX, QUARANTINE, TODO_PREFIX, check_queue_name, parse_id, slugify,
 )
 from domain.operator import Operator, check_operator_name, operator_uuid
 from domain.todo import STATES, Todo, effective_lease
 
 CLAIM_CANDIDATES = 8
+MAX_TTL_SECONDS = 100 * 365 * 86400  # an endpoint lifetime beyond a century is `never`
 # Event fields never shown by history or audit export (they stay in the log).
 REDACTED_FIELDS = ("password_hash",)
 REDACTED = "«redacted»"
@@ -80,7 +81,10 @@ class Views(Protocol):
     def catch_up(self) -> None: ...
 
     def list_todos(self, *, endpoint_ids: Sequence[str] | None, state: str | None, queue: str | None,
-                   limit: int, hide_queues: Sequence[str] = ()) -> list[dict[str, Any]]: ...
+                   limit: int, hide_queues: Sequence[str] = (), dead_letter: bool | None = None,
+                   ) -> list[dict[str, Any]]: ...
+
+    def queue_counts(self, endpoint_ids: Sequence[str] | None = None) -> list[dict[str, Any]]: ...
 
     def list_endpoints(self, *, owner: str | None) -> list[dict[str, Any]]: ...
 
@@ -177,8 +181,36 @@ class Switchboard:
         return {"name": name, "token": token}
 
     def verify_password(self, name: str, password: str) -> bool:
-        operator = self.store.load(Operator, operator_uuid(name)) if name else None
-        return operator is not None and self.hasher.verify(operator.password_hash, password)
+        try:
+            operator = self.store.load(Operator, operator_uuid(check_operator_name(name)))
+        except InvalidArgument:
+            operator = None
+        if operator is None:
+            self.hasher.hash(password)  # as slow as a wrong password: no timing oracle for names
+            return False
+        return self.hasher.verify(operator.password_hash, password)
+
+    def authenticate_operator_token(self, token: str) -> Caller | None:
+        """The operator holding this `sbo_` API token, or None (an `sbk_` credential never is one)."""
+        if not token.startswith("sbo_"):
+            return None
+        sha256 = credential_hash(token)
+        subject = self.views.subject_of_credential(sha256)
+        if subject is None:
+            self.views.catch_up()
+            subject = self.views.subject_of_credential(sha256)
+        if subject is None or subject[0] != "operator":
+            return None
+        operator = self.store.load(Operator, parse_id(OPERATOR_PREFIX, subject[1]))
+        if operator is None or sha256 not in operator.token_hashes:
+            return None
+        return Caller.operator(operator.name)
+
+    def operator_exists(self, name: str) -> bool:
+        try:
+            return self.store.load(Operator, operator_uuid(check_operator_name(name))) is not None
+        except InvalidArgument:
+            return False
 
     def vend(
         self,
@@ -199,6 +231,10 @@ class Switchboard:
         if not caller.superuser and owner != caller.name:
             raise Forbidden("an operator vends endpoints for itself only")
         credential = new_secret("sbk_")
+        if ttl_seconds is not None and (
+            isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int) or not 1 <= ttl_seconds <= MAX_TTL_SECONDS
+        ):
+            raise InvalidArgument(f"ttl_seconds must be within 1..{MAX_TTL_SECONDS} (or none: never expires)")
         ttl = timedelta(seconds=ttl_seconds) if ttl_seconds is not None else None
         base = slugify(agent)
 
@@ -373,6 +409,26 @@ class Switchboard:
     def retry(self, todo_id: str, *, caller: Caller) -> dict[str, Any]:
         """Retry now: a failed todo is pending at once with a fresh budget."""
         return self._todo_command(todo_id, caller, lambda todo, uow, _: todo.retry_now(now=uow.now, actor=caller.label))
+
+    def release_quarantined(self, todo_id: str, queue: str, *, caller: Caller) -> dict[str, Any]:
+        """An operator releases a pending quarantined todo to one of its endpoint's queues."""
+        if caller.kind != "operator":
+            raise Forbidden("only an operator can release a quarantined todo")
+        target = check_queue_name(queue)
+
+        def command(todo: Todo, uow: UnitOfWork, scope: EndpointScope) -> None:
+            if target not in scope.queues:
+                raise Forbidden(f"queue {target} is not in the endpoint's scope")
+            todo.move_from_quarantine(now=uow.now, actor=caller.label, queue=target)
+
+        return self._todo_command(todo_id, caller, command)
+
+    def discard_quarantined(self, todo_id: str, *, caller: Caller, summary: str | None = None) -> dict[str, Any]:
+        """An operator ends a quarantined todo without work."""
+        if caller.kind != "operator":
+            raise Forbidden("only an operator can discard a quarantined todo")
+        return self._todo_command(todo_id, caller, lambda todo, uow, _: todo.discard(
+            now=uow.now, actor=caller.label, summary=summary))
 
     # -- todos: the lease holder's side (agents, or an operator on the board) -------------
 
@@ -566,8 +622,9 @@ class Switchboard:
     def list_todos(
         self, *, caller: Caller, endpoint: str | None = None, state: str | None = None,
         queue: str | None = None, limit: int | None = None, max_limit: int = 1000,
+        dead_letter: bool | None = None,
     ) -> list[dict[str, Any]]:
-        """Rows newest first; agents never see quarantine."""
+        """Rows newest first; agents never see quarantine. `dead_letter` keeps only (or no) dead letters."""
         limit = _check_limit(limit, 50, max_limit)
         if state is not None and state not in STATES:
             raise InvalidArgument(f"state must be one of {', '.join(STATES)}")
@@ -589,7 +646,19 @@ class Switchboard:
         else:
             endpoint_ids = self.views.endpoint_ids_of(caller.name)
         self.views.catch_up()
-        return self.views.list_todos(endpoint_ids=endpoint_ids, state=state, queue=queue, limit=limit, hide_queues=hide)
+        return self.views.list_todos(endpoint_ids=endpoint_ids, state=state, queue=queue, limit=limit,
+                                     hide_queues=hide, dead_letter=dead_letter)
+
+    def todo_counts(self, *, caller: Caller, endpoint: str | None = None) -> list[dict[str, Any]]:
+        """How many todos per queue and state (dead letters apart) an operator has, with the oldest pending."""
+        if caller.kind != "operator":
+            raise Forbidden("counts are for operators")
+        if endpoint is not None:
+            endpoint_ids: list[str] | None = [self.endpoint(endpoint, caller=caller).endpoint_id]
+        else:
+            endpoint_ids = None if caller.superuser else self.views.endpoint_ids_of(caller.name)
+        self.views.catch_up()
+        return self.views.queue_counts(endpoint_ids)
 
     def audit(self, *, after: int = 0, page: int = 1000):
         """The whole event log from a position, as JSON-ready records."""

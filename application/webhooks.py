@@ -466,7 +466,7 @@ class Webhooks:
             raise InvalidArgument(f"limit must be within 1..{max_limit}")
         before: int | None = None
         if cursor is not None:
-            if not re.fullmatch(r"\d{1,19}", str(cursor)):
+            if not re.fullmatch(r"\d{1,19}", str(cursor)) or int(cursor) >= 2**63:
                 raise InvalidArgument("bad cursor")
             before = int(cursor)
         self.views.catch_up()

@@ -23,7 +23,7 @@ from uuid import UUID
 
 from domain.errors import Conflict, InvalidArgument
 from domain.events import Aggregate, DomainEvent
-from domain.names import TODO_PREFIX, format_id
+from domain.names import QUARANTINE, TODO_PREFIX, format_id
 
 MAX_ATTEMPTS = 5
 DEFAULT_LEASE = timedelta(seconds=300)
@@ -152,9 +152,29 @@ class TodoRequeued(DomainEvent):
     fresh_budget: bool = False
 
 
+@dataclass(frozen=True, kw_only=True)
+class TodoMoved(DomainEvent):
+    """A pending quarantined todo released to one of its endpoint's queues. It repeats what the
+    doorbell projection needs to ring for it, as TodoOpened does."""
+
+    queue: str
+    from_queue: str
+    endpoint_id: str
+    source: str
+    kind: str | None
+    title: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TodoDiscarded(DomainEvent):
+    """An operator ends a quarantined todo without work: it is done, with no result."""
+
+    summary: str | None = None
+
+
 TODO_EVENTS = (
     TodoOpened, TodoClaimed, LeaseRenewed, TodoCompleted, TodoFailed, LeaseExpired,
-    TodoReleased, TodoRequeued,
+    TodoReleased, TodoRequeued, TodoMoved, TodoDiscarded,
 )
 
 
@@ -251,6 +271,8 @@ class Todo(Aggregate):
         fence_token: str | None = None,
     ) -> None:
         """Takes a claimable todo under a lease; each claim is one attempt of the budget."""
+        if self.queue == QUARANTINE:
+            raise Conflict(f"todo {self.todo_id} is quarantined: release it to a queue or discard it first")
         if not self.is_claimable(now):
             raise Conflict(f"todo {self.todo_id} is {self._state_words()}, not claimable")
         self._record(
@@ -337,6 +359,31 @@ class Todo(Aggregate):
             raise Conflict(f"todo {self.todo_id} is {self._state_words()}, only a failed todo can be retried")
         self._record(
             TodoRequeued, timestamp=now, actor=actor, cause="operator_retry", fresh_budget=True,
+        )
+
+    def move_from_quarantine(self, *, now: datetime, actor: str, queue: str) -> None:
+        """Releases a pending quarantined todo to a queue (the caller checks the endpoint's scope)."""
+        if self.queue != QUARANTINE:
+            raise Conflict(f"todo {self.todo_id} is not in quarantine")
+        if self.state != PENDING:
+            raise Conflict(f"todo {self.todo_id} is {self._state_words()}; only a pending quarantined todo can be released")
+        if queue == QUARANTINE:
+            raise InvalidArgument("release to a queue other than quarantine")
+        self._record(
+            TodoMoved, timestamp=now, actor=actor, cause="quarantine_release", queue=queue,
+            from_queue=self.queue, endpoint_id=self.endpoint_id, source=self.source, kind=self.kind,
+            title=self.title,
+        )
+
+    def discard(self, *, now: datetime, actor: str, summary: str | None = None) -> None:
+        """Ends a quarantined todo that is not claimed: done, with no result and no retry."""
+        if self.queue != QUARANTINE:
+            raise Conflict(f"todo {self.todo_id} is not in quarantine")
+        if self.state not in (PENDING, FAILED):
+            raise Conflict(f"todo {self.todo_id} is {self._state_words()}; only an unclaimed quarantined todo can be discarded")
+        self._record(
+            TodoDiscarded, timestamp=now, actor=actor, cause="quarantine_discard",
+            summary=cut_utf8(summary, SUMMARY_MAX_BYTES),
         )
 
     # -- invariants
@@ -428,6 +475,13 @@ class Todo(Aggregate):
                 self.dead_letter = False
                 if event.fresh_budget:
                     self.attempt = 0
+            case TodoMoved():
+                self.queue = event.queue
+            case TodoDiscarded():
+                self.state = DONE
+                self.next_retry_at = None
+                self.dead_letter = False
+                self.result = None
             case _:  # pragma: no cover - a new event type without a branch is a bug
                 raise TypeError(f"Todo cannot apply {type(event).__name__}")
         self.updated_at = event.timestamp

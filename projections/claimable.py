@@ -9,7 +9,8 @@ from __future__ import annotations
 from domain.events import DomainEvent
 from domain.names import TODO_PREFIX, format_id
 from domain.todo import (
-    LeaseExpired, TodoClaimed, TodoCompleted, TodoFailed, TodoOpened, TodoReleased, TodoRequeued,
+    LeaseExpired, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened, TodoReleased,
+    TodoRequeued,
 )
 from projections.base import Op, micros
 
@@ -47,4 +48,9 @@ class ClaimableQueue:
                 return [(_SET, (None if event.dead_letter else at, todo_id))]
             case TodoRequeued():
                 return [(_SET, (at, todo_id))]
+            case TodoMoved():  # only a pending todo moves: claimable at once in its new queue
+                return [("UPDATE sb_claimable SET queue = %s, available_at = %s WHERE todo_id = %s",
+                         (event.queue, at, todo_id))]
+            case TodoDiscarded():
+                return [("DELETE FROM sb_claimable WHERE todo_id = %s", (todo_id,))]
         return []

@@ -12,11 +12,22 @@ from __future__ import annotations
 from domain.events import DomainEvent
 from domain.names import QUARANTINE, TODO_PREFIX, format_id
 from domain.todo import (
-    LeaseExpired, TodoClaimed, TodoCompleted, TodoFailed, TodoOpened, TodoReleased, TodoRequeued,
+    LeaseExpired, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened, TodoReleased,
+    TodoRequeued,
 )
 from projections.base import Op, micros
 
 _SET = "UPDATE sb_doorbell SET spell = %s, pending_since = %s WHERE todo_id = %s"
+
+
+def _insert(todo_id: str, event: TodoOpened | TodoMoved) -> Op:
+    """A row for a todo that is pending from this event on (both events carry what a ring says)."""
+    return (
+        "INSERT INTO sb_doorbell (todo_id, endpoint_id, queue, source, kind, title, spell, pending_since)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+        (todo_id, event.endpoint_id, event.queue, event.source, event.kind, event.title,
+         event.originator_version, micros(event.timestamp)),
+    )
 
 
 class Doorbells:
@@ -36,18 +47,15 @@ class Doorbells:
         pending = (event.originator_version, micros(event.timestamp), todo_id)
         match event:
             case TodoOpened() if event.queue != QUARANTINE:
-                return [(
-                    "INSERT INTO sb_doorbell (todo_id, endpoint_id, queue, source, kind, title, spell,"
-                    " pending_since) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                    (todo_id, event.endpoint_id, event.queue, event.source, event.kind, event.title,
-                     event.originator_version, micros(event.timestamp)),
-                )]
+                return [_insert(todo_id, event)]
             case TodoClaimed() | TodoFailed():
                 return [(_SET, (None, None, todo_id))]
             case LeaseExpired() | TodoReleased():
                 return [(_SET, (None, None, todo_id) if event.dead_letter else pending)]
             case TodoRequeued():
                 return [(_SET, pending)]
-            case TodoCompleted():
+            case TodoMoved():  # out of quarantine, pending: a new spell, rung like a new todo
+                return [_insert(todo_id, event)]
+            case TodoCompleted() | TodoDiscarded():
                 return [("DELETE FROM sb_doorbell WHERE todo_id = %s", (todo_id,))]
         return []

@@ -9,7 +9,8 @@ from __future__ import annotations
 from domain.events import DomainEvent
 from domain.names import TODO_PREFIX, format_id
 from domain.todo import (
-    LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoFailed, TodoReleased, TodoRequeued,
+    LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoReleased,
+    TodoRequeued,
 )
 from projections.base import Op, micros
 
@@ -37,6 +38,6 @@ class DueTimers:
                 return [(_UPSERT, (todo_id, "lease", micros(event.lease_expires_at)))]
             case TodoFailed() if not event.dead_letter:
                 return [(_UPSERT, (todo_id, "retry", micros(event.next_retry_at)))]
-            case TodoCompleted() | TodoFailed() | LeaseExpired() | TodoReleased() | TodoRequeued():
+            case TodoCompleted() | TodoFailed() | LeaseExpired() | TodoReleased() | TodoRequeued() | TodoDiscarded():
                 return [(_DELETE, (todo_id,))]
         return []

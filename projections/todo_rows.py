@@ -5,8 +5,8 @@ from __future__ import annotations
 from domain.events import DomainEvent
 from domain.names import TODO_PREFIX, format_id
 from domain.todo import (
-    LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoFailed, TodoOpened, TodoReleased,
-    TodoRequeued,
+    LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened,
+    TodoReleased, TodoRequeued,
 )
 from projections.base import Op, micros
 
@@ -73,6 +73,14 @@ class TodoRows:
                     "UPDATE sb_todo_rows SET state = %s, owner = NULL, lease_expires_at = NULL,"
                     f" dead_letter = %s, {_STAMP} WHERE todo_id = %s",
                     ("failed" if event.dead_letter else "pending", int(event.dead_letter), *stamp),
+                )]
+            case TodoMoved():
+                return [(f"UPDATE sb_todo_rows SET queue = %s, {_STAMP} WHERE todo_id = %s", (event.queue, *stamp))]
+            case TodoDiscarded():
+                return [(
+                    "UPDATE sb_todo_rows SET state = 'done', owner = NULL, lease_expires_at = NULL,"
+                    f" next_retry_at = NULL, dead_letter = 0, {_STAMP} WHERE todo_id = %s",
+                    stamp,
                 )]
             case TodoRequeued():
                 return [(

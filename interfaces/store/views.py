@@ -38,7 +38,8 @@ class SqlViews:
         self.projector.catch_up()
 
     def list_todos(self, *, endpoint_ids: Sequence[str] | None, state: str | None, queue: str | None,
-                   limit: int, hide_queues: Sequence[str] = ()) -> list[dict[str, Any]]:
+                   limit: int, hide_queues: Sequence[str] = (), dead_letter: bool | None = None,
+                   ) -> list[dict[str, Any]]:
         where, params = [], []
         if endpoint_ids is not None:
             if not endpoint_ids:
@@ -54,6 +55,9 @@ class SqlViews:
         for hidden in hide_queues:
             where.append("queue <> %s")
             params.append(hidden)
+        if dead_letter is not None:
+            where.append("dead_letter = %s")
+            params.append(int(dead_letter))
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         rows = self.db.query(
             f"SELECT {', '.join(COLUMNS)} FROM sb_todo_rows{clause} ORDER BY created_at DESC, todo_id DESC LIMIT %s",

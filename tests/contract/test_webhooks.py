@@ -11,7 +11,6 @@ import secrets
 import threading
 from typing import Any
 
-import pytest
 
 from application.service import Caller
 from domain.errors import NotFound
@@ -545,6 +544,52 @@ def test_a_faulting_rule_quarantines_one_todo_on_the_owner(sb):
     assert [r["id"] for r in sb.app.list_todos(caller=CLI, queue="quarantine", endpoint=owner["slug"])] \
         == [answer["id"]]
 
+
+def quarantined(sb):
+    """A faulted delivery's todo, held in quarantine on the owner."""
+    hook, owner, beta, gamma = fan_out(sb)
+    hooks(sb).set_rules(hook["webhook_id"], {"rules": [
+        {"id": "boom", "expr": '.payload.zen | ascii_downcase | error', "action": {"drop": True}},
+    ]}, caller=me(owner))
+    return github(sb, hook, "ping")["id"], owner
+
+
+def test_an_operator_releases_a_quarantined_todo_to_a_queue_where_agents_see_and_claim_it(sb):
+    todo_id, owner = quarantined(sb)
+    operator = Caller.operator("admin")
+
+    assert code_of(lambda: sb.app.release_quarantined(todo_id, owner["queues"][0], caller=agent(owner))) == "forbidden"
+    assert code_of(lambda: sb.app.release_quarantined(todo_id, "elsewhere", caller=operator)) == "forbidden"
+    row = sb.app.release_quarantined(todo_id, owner["queues"][0], caller=operator)
+
+    assert (row["queue"], row["state"]) == (owner["queues"][0], "pending")
+    assert [r["id"] for r in sb.app.list_todos(caller=agent(owner))] == [todo_id]
+    assert sb.app.claim_next(caller=agent(owner))["todo"]["id"] == todo_id
+    assert code_of(lambda: sb.app.release_quarantined(todo_id, owner["queues"][0], caller=operator)) == "conflict"
+    types = [e["type"] for e in sb.app.history(todo_id, caller=CLI)["events"]]
+    assert types == ["TodoOpened", "TodoMoved", "TodoClaimed"]
+
+
+def test_an_operator_discards_a_quarantined_todo_and_it_is_done_without_work(sb):
+    todo_id, owner = quarantined(sb)
+    operator = Caller.operator("admin")
+
+    row = sb.app.discard_quarantined(todo_id, caller=operator, summary="junk")
+
+    assert (row["queue"], row["state"], row["dead_letter"]) == ("quarantine", "done", False)
+    assert code_of(lambda: sb.app.discard_quarantined(todo_id, caller=operator)) == "conflict"
+    assert sb.app.list_todos(caller=CLI, queue="quarantine", state="pending", endpoint=owner["slug"]) == []
+    assert sb.app.claim_next(caller=agent(owner)) == {"empty": True}
+
+
+def test_only_quarantined_todos_are_released_or_discarded(sb):
+    vended = sb.vend()
+    todo_id = sb.push(vended)["id"]
+    operator = Caller.operator("admin")
+
+    assert code_of(lambda: sb.app.discard_quarantined(todo_id, caller=operator)) == "conflict"
+    assert code_of(lambda: sb.app.release_quarantined(todo_id, vended["queues"][0], caller=operator)) == "conflict"
+    assert code_of(lambda: sb.app.release_quarantined(todo_id, "quarantine", caller=operator)) == "invalid_argument"
 
 # --- ingest: idempotency keys ----------------------------------------------------------------------
 

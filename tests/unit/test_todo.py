@@ -23,7 +23,9 @@ from domain.todo import (
     Todo,
     TodoClaimed,
     TodoCompleted,
+    TodoDiscarded,
     TodoFailed,
+    TodoMoved,
     TodoOpened,
     TodoReleased,
     TodoRequeued,
@@ -727,3 +729,59 @@ def test_every_event_carries_time_actor_and_cause():
         (hour(2) + LEASE, "system", "lease_expired"),
     ]
     assert [e.originator_id for e in events] == [TODO_UUID] * 3
+
+
+# --- quarantine: release to a queue, discard ----------------------------------------------------
+
+
+def quarantined_opened(at: datetime = T0):
+    return partial(
+        TodoOpened, timestamp=at, actor="webhook:wh_1", cause="ingest", endpoint_id="ep_1",
+        queue="quarantine", source="github", kind="ping", title="ping", trust_mode="signed",
+        payload={"zen": "x"}, payload_size=12,
+    )
+
+
+def test_a_pending_quarantined_todo_moves_to_a_queue_with_what_a_ring_needs():
+    todo = given(quarantined_opened())
+
+    todo.move_from_quarantine(now=hour(1), actor=OPERATOR, queue="builds")
+
+    event = only_event(todo)
+    assert isinstance(event, TodoMoved)
+    assert (event.queue, event.from_queue, event.endpoint_id, event.source, event.kind, event.title) == (
+        "builds", "quarantine", "ep_1", "github", "ping", "ping")
+    assert (todo.queue, todo.state, todo.is_claimable(hour(1))) == ("builds", PENDING, True)
+
+
+def test_moving_is_refused_outside_quarantine_while_claimed_and_to_quarantine_itself():
+    assert_refused(given(opened()), lambda: given(opened()).move_from_quarantine(now=hour(1), actor=OPERATOR, queue="x"))
+    held = given(quarantined_opened(), claimed(1, hour(1), holder=OPERATOR))
+    assert_refused(held, lambda: held.move_from_quarantine(now=hour(1), actor=OPERATOR, queue="builds"))
+    pending = given(quarantined_opened())
+    assert_refused(pending, lambda: pending.move_from_quarantine(now=hour(1), actor=OPERATOR, queue="quarantine"),
+                   InvalidArgument)
+
+
+def test_discarding_ends_an_unclaimed_quarantined_todo_as_done_with_no_result():
+    for facts in ([quarantined_opened()],
+                  [quarantined_opened(), claimed(1, hour(1), holder=OPERATOR),
+                   failed(hour(2), retry_at=hour(3), holder=OPERATOR)]):
+        todo = given(*facts)
+        todo.discard(now=hour(2), actor=OPERATOR, summary="noise")
+        event = only_event(todo)
+        assert isinstance(event, TodoDiscarded) and event.summary == "noise"
+        assert (todo.state, todo.result, todo.next_retry_at, todo.is_claimable(hour(9))) == (DONE, None, None, False)
+        assert_refused(todo, lambda: todo.discard(now=hour(3), actor=OPERATOR))
+
+
+def test_discarding_is_refused_outside_quarantine_and_while_claimed():
+    normal = given(opened())
+    assert_refused(normal, lambda: normal.discard(now=hour(1), actor=OPERATOR))
+    held = given(quarantined_opened(), claimed(1, hour(1), holder=OPERATOR))
+    assert_refused(held, lambda: held.discard(now=hour(1), actor=OPERATOR))
+
+
+def test_nobody_claims_a_quarantined_todo():
+    todo = given(quarantined_opened())
+    assert_refused(todo, lambda: todo.claim(now=hour(1), holder=OPERATOR, lease=LEASE))
