@@ -1,6 +1,7 @@
 """Read models built from the domain events; each tracks its own position in the log."""
 
 from projections.claimable import ClaimableQueue
+from projections.counters import Counters
 from projections.deliveries import Deliveries
 from projections.directory import Directory
 from projections.doorbell import Doorbells
@@ -11,4 +12,5 @@ from projections.todo_rows import TodoRows
 
 def all_projections():
     """Every projection, inline ones first."""
-    return (ClaimableQueue(), DueTimers(), Doorbells(), TodoRows(), IdempotencyKeys(), Directory(), Deliveries())
+    return (ClaimableQueue(), DueTimers(), Doorbells(), TodoRows(), IdempotencyKeys(), Directory(), Deliveries(),
+            Counters())
