@@ -59,8 +59,16 @@ CODE_BY_STATUS = {
 def http_error_handler(request: Request, error: HTTPException) -> Response:
     status = error.status_code
     code = CODE_BY_STATUS.get(status, "internal" if status >= 500 else "invalid_argument")
-    return Response({"error": str(error.detail), "code": code}, status_code=status, media_type=MediaType.JSON,
+    return Response({"error": _message(error), "code": code}, status_code=status, media_type=MediaType.JSON,
                     headers=error.headers)
+
+
+def _message(error: HTTPException) -> str:
+    """The detail, naming the fields a validation failure found at fault."""
+    problems = error.extra if isinstance(error.extra, list) else []
+    named = [f"{p.get('key') or p.get('source') or 'body'}: {p.get('message')}" for p in problems
+             if isinstance(p, dict) and p.get("message")]
+    return f"{error.detail} ({'; '.join(named)})" if named else str(error.detail)
 
 
 def internal_error_handler(request: Request, error: Exception) -> Response:

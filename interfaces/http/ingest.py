@@ -60,7 +60,8 @@ class TokenBuckets:
 def ingest_route(webhooks: Webhooks, buckets: TokenBuckets):
     """The ingest handler, closed over the application it calls."""
 
-    @post("/webhooks/w/{token:str}", status_code=202, media_type=MediaType.JSON, request_max_body_size=None)
+    @post("/webhooks/w/{token:str}", status_code=202, media_type=MediaType.JSON, request_max_body_size=None,
+          include_in_schema=False)
     async def ingest(request: Request, token: FromPath[str]) -> Response:
         client = request.client.host if request.client else "unknown"
         wait = buckets.take(client)

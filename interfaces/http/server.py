@@ -65,7 +65,11 @@ def serve(settings: Settings) -> int:
             app, host=settings.host, port=settings.port, log_level="warning", timeout_graceful_shutdown=3,
             lifespan="on",
         )
-        server = _Uvicorn(config, on_exit=app.state.mcp.stopping)
+        def stopping() -> None:  # end MCP sessions and board streams, so open connections close at once
+            app.state.mcp.stopping()
+            app.state.feed.close()
+
+        server = _Uvicorn(config, on_exit=stopping)
         try:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, _raise_stopped)

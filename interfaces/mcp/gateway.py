@@ -308,7 +308,7 @@ def mcp_route(gateway: McpGateway) -> ASGIRouteHandler:
     """The Litestar mount: `@asgi("/mcp/{slug}")` answers 500 in Litestar 2.25, so mount `/mcp`
     (with a copied scope) and read the slug from the remaining path."""
 
-    @asgi("/mcp", is_mount=True, copy_scope=True)
+    @asgi("/mcp", is_mount=True, copy_scope=True, include_in_schema=False)
     async def mcp(scope: LitestarScope, receive: LitestarReceive, send: LitestarSend) -> None:
         await gateway(scope, receive, send)  # type: ignore[arg-type]
 

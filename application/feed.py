@@ -1,0 +1,272 @@
+"""The transition feed: every todo transition in log order, for the board's live view and `/stream`.
+
+One tailer per process reads the event log after the last position it has seen — woken at once
+by a local commit, and at least every `poll` seconds for what other processes commit — and keeps
+the newest transitions in a ring. A follower resumes from any position: from the ring when it is
+recent enough, else straight from the log. Positions are the log's: a follower that passes the
+last position it received (SSE `Last-Event-ID`) gets every later transition exactly once.
+
+That needs the log to become visible in position order. Both recorders make it so: SQLite has
+one writer at a time, and the PostgreSQL append takes the events table's EXCLUSIVE lock before
+its INSERT draws positions from the sequence, so a lower position never commits after a higher
+one is visible (docs/adr/0012-operator-board.md). The tailer also reads only up to the maximum
+position it saw committed before the read, never past it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from application.presenters import iso
+from domain.endpoint import Endpoint, EndpointVended, endpoint_uuid_of
+from domain.names import ENDPOINT_PREFIX, TODO_PREFIX, format_id
+from domain.todo import (
+    CLAIMED, DONE, FAILED, PENDING, TODO_EVENTS, LeaseExpired, LeaseRenewed, Todo, TodoClaimed,
+    TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened, TodoReleased, TodoRequeued,
+)
+
+log = logging.getLogger("switchboard.feed")
+
+PAGE = 500
+RING = 20_000
+KNOWN_TODOS = 200_000
+
+
+@dataclass(frozen=True)
+class Transition:
+    position: int
+    owner: str
+    data: dict[str, Any]
+
+
+def state_after(event: Any) -> tuple[str, bool]:
+    """The todo's state and dead-letter flag right after this event."""
+    match event:
+        case TodoOpened() | TodoRequeued() | TodoMoved():
+            return PENDING, False
+        case TodoClaimed() | LeaseRenewed():
+            return CLAIMED, False
+        case TodoCompleted() | TodoDiscarded():
+            return DONE, False
+        case TodoFailed():
+            return FAILED, event.dead_letter
+        case LeaseExpired() | TodoReleased():
+            return (FAILED, True) if event.dead_letter else (PENDING, False)
+    raise TypeError(f"not a todo transition: {type(event).__name__}")
+
+
+class TransitionFeed:
+    """Tails the log for todo transitions; thread-safe; the tailer runs only while followed."""
+
+    def __init__(self, store: Any, *, poll: float = 0.25, ring: int = RING) -> None:
+        self.store = store
+        self.poll = poll
+        self._ring: deque[Transition] = deque(maxlen=ring)
+        self._floor = -1  # the ring holds every transition after this position (-1: not started)
+        self._head = 0
+        self._owners: dict[str, str] = {}  # endpoint id -> owner: never changes once vended
+        self._todos: OrderedDict[UUID, tuple[str, str]] = OrderedDict()  # todo -> (endpoint id, queue)
+        self._lock = threading.Condition()
+        self._cache_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._followers = 0
+        self._listeners: list[Callable[[], None]] = []
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    # -- the tailer
+
+    def wake(self) -> None:
+        """A local commit: read the log now rather than at the next poll."""
+        self._wake.set()
+
+    def head(self) -> int:
+        with self._lock:
+            if self._floor < 0:
+                self._start_locked()
+            return self._head
+
+    def _start_locked(self) -> None:
+        self._head = self._floor = self.store.max_position()
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="switchboard-feed", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._closed:
+            with self._lock:
+                if self._followers == 0:
+                    self._thread = None
+                    return
+            try:
+                self.tick()
+            except Exception:  # noqa: BLE001 - a store hiccup must not end the feed
+                log.exception("transition feed: reading the log failed; retrying")
+            self._wake.wait(self.poll)
+            self._wake.clear()
+
+    def tick(self) -> int:
+        """Reads what was committed since the head into the ring; returns how many transitions."""
+        with self._lock:
+            if self._floor < 0:
+                self._start_locked()
+            head = self._head
+        found, new_head = self._read(head)
+        with self._lock:
+            if self._head != head:  # another tick ran meanwhile (only `tick` moves the head)
+                return 0
+            self._ring.extend(found)
+            if len(self._ring) == self._ring.maxlen and self._ring:
+                self._floor = max(self._floor, self._ring[0].position - 1)
+            self._head = new_head
+            listeners = list(self._listeners) if found else []
+            self._lock.notify_all()
+        for listener in listeners:
+            listener()
+        return len(found)
+
+    def _read(self, after: int, stop: int | None = None) -> tuple[list[Transition], int]:
+        """Transitions after `after`, up to what was committed when the read began."""
+        ceiling = self.store.max_position()
+        if stop is not None:
+            ceiling = min(ceiling, stop)
+        found: list[Transition] = []
+        position = after
+        while position < ceiling:
+            page = self.store.read_log(position, PAGE, types=(*TODO_EVENTS, EndpointVended), stop=ceiling)
+            if not page:
+                break
+            found.extend(self._transitions(page))
+            position = page[-1].position
+            if len(page) < PAGE:
+                break
+        return found, max(ceiling, after)
+
+    def _transitions(self, recorded: Iterable[Any]) -> list[Transition]:
+        with self._cache_lock:  # the tailer and a follower reading old history may both be here
+            return self._transitions_locked(list(recorded))
+
+    def _transitions_locked(self, records: list[Any]) -> list[Transition]:
+        out: list[Transition] = []
+        self._learn_missing(records)
+        for r in records:
+            event = r.event
+            if isinstance(event, EndpointVended):
+                self._owners[format_id(ENDPOINT_PREFIX, event.originator_id)] = event.owner
+                continue
+            if isinstance(event, TodoOpened | TodoMoved):
+                self._remember(event.originator_id, event.endpoint_id, event.queue)
+            known = self._todos.get(event.originator_id)
+            if known is None:
+                continue  # a todo whose endpoint is gone from the store: nobody can see it
+            endpoint_id, queue = known
+            owner = self._owner_of(endpoint_id)
+            if owner is None:
+                continue
+            state, dead = state_after(event)
+            out.append(Transition(r.position, owner, {
+                "position": r.position, "todo_id": format_id(TODO_PREFIX, event.originator_id),
+                "type": type(event).__name__, "state": state, "dead_letter": dead, "queue": queue,
+                "endpoint_id": endpoint_id, "time": iso(event.timestamp), "actor": event.actor,
+            }))
+        return out
+
+    def _remember(self, todo: UUID, endpoint_id: str, queue: str) -> None:
+        self._todos[todo] = (endpoint_id, queue)
+        self._todos.move_to_end(todo)
+        while len(self._todos) > KNOWN_TODOS:
+            self._todos.popitem(last=False)
+
+    def _learn_missing(self, records: list[Any]) -> None:
+        """Todos opened before this process saw them: look their endpoint and queue up once."""
+        opened = {r.event.originator_id for r in records if isinstance(r.event, TodoOpened)}
+        for r in records:
+            todo_uuid = r.event.originator_id
+            if isinstance(r.event, EndpointVended) or todo_uuid in opened or todo_uuid in self._todos:
+                continue
+            todo = self.store.load(Todo, todo_uuid)
+            if todo is not None:
+                self._remember(todo_uuid, todo.endpoint_id, todo.queue)
+
+    def _owner_of(self, endpoint_id: str) -> str | None:
+        owner = self._owners.get(endpoint_id)
+        if owner is None:
+            endpoint = self.store.load(Endpoint, endpoint_uuid_of(endpoint_id))
+            if endpoint is None:
+                return None
+            owner = self._owners[endpoint_id] = endpoint.owner
+        return owner
+
+    # -- followers
+
+    def follow(self) -> Follower:
+        with self._lock:
+            self._followers += 1
+            if self._floor < 0:
+                self._start_locked()
+            self._ensure_thread()
+        return Follower(self)
+
+    def _unfollow(self) -> None:
+        with self._lock:
+            self._followers -= 1
+
+    def since(self, after: int, owner: str | None) -> tuple[list[dict[str, Any]], int]:
+        """This owner's transitions after a position (None: everyone's), and the position reached."""
+        with self._lock:
+            if self._floor < 0:
+                self._start_locked()
+            head, floor = self._head, self._floor
+            if after >= floor:
+                found = [t for t in self._ring if t.position > after]
+                return [t.data for t in found if owner is None or t.owner == owner], max(head, after)
+        # older than the ring holds: read that stretch from the log itself
+        older, reached = self._read(after, stop=floor)
+        with self._lock:
+            newer = [t for t in self._ring if t.position > reached]
+            head = self._head
+        found = older + newer
+        return [t.data for t in found if owner is None or t.owner == owner], max(head, reached)
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        with self._lock:
+            self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[], None]) -> None:
+        with self._lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """The server is stopping: followers end their streams."""
+        self._closed = True
+        self._wake.set()
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener()
+
+
+class Follower:
+    """One reader of the feed (an SSE connection); `close` when it leaves."""
+
+    def __init__(self, feed: TransitionFeed) -> None:
+        self.feed = feed
+        self._closed = False
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.feed._unfollow()

@@ -1,0 +1,335 @@
+"""The operator API `/api/v1` (CONTRACT §9) and its SSE `/stream` of todo transitions.
+
+Thin adapters: each route authenticates (`api_guard`: a bearer `sbo_` token, or the board
+session plus its CSRF header), calls one application method as that operator in a worker thread,
+and answers JSON. Errors go through the one error table (interfaces/http/errors.py); another
+operator's ids answer 404 exactly like unknown ones, because the application says `not_found`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import anyio.to_thread
+import msgspec
+from litestar import Request, Response, Router, get, post, put
+from litestar.openapi import ResponseSpec
+from litestar.openapi.spec import SecurityRequirement
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from litestar.response import ServerSentEvent, ServerSentEventMessage
+from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
+
+from application.feed import TransitionFeed
+from application.service import Switchboard
+from application.webhooks import Webhooks
+from domain.errors import InvalidArgument
+from interfaces.http.auth import api_guard, caller_of
+
+KEEPALIVE_SECONDS = 15.0
+RETRY_MILLISECONDS = 1000
+_POSITION = re.compile(r"\d{1,18}")
+Json = Any  # any JSON value
+SECURITY: list[SecurityRequirement] = [{"operatorToken": []}, {"boardSession": []}]
+
+
+class ErrorBody(msgspec.Struct):
+    """Every error answer (CONTRACT §3); `code` is the error table's (interfaces/http/errors.py)."""
+
+    error: str
+    code: str
+
+
+# Documented on every route, replacing Litestar's default 400 schema (`{status_code, detail}`),
+# which is not what the error handlers send.
+ERROR_RESPONSES = {
+    status: ResponseSpec(data_container=ErrorBody, description=description, generate_examples=False)
+    for status, description in (
+        (400, "Invalid input"), (401, "No valid operator token or board session"),
+        (403, "Forbidden, or the board session's X-CSRF-Token header is missing or wrong"),
+        (404, "Not found (another operator's ids too)"), (409, "Conflict with the current state"),
+        (413, "Request body too large"),
+    )
+}
+
+
+# -- request bodies (their JSON Schemas are in the OpenAPI document)
+
+
+class LeaseBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    lease_ttl_seconds: float | None = None
+
+
+class OutcomeBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    result: Json = None
+    summary: str | None = None
+
+
+class ReleaseBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    summary: str | None = None
+
+
+class MoveBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    queue: str
+
+
+class VendBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    agent: str
+    queues: list[str]
+    verbs: list[str] | None = None
+    webhook_max: int | None = None
+    source_types: list[str] | None = None
+    webhook_queues: list[str] | None = None
+    ttl_seconds: int | None = None
+    default_lease_ttl_seconds: int | None = None
+
+
+class PushBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    title: str
+    queue: str | None = None
+    payload: Json = None
+    key: str | None = None
+
+
+class WebhookBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    endpoint: str
+    source_type: str
+    target_queue: str
+
+
+class RulesBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    rules: list[dict[str, Any]]
+    webhook_id: str | None = None  # what GET answers may be PUT back as it is; ignored
+    default_action: dict[str, Any] | None = None
+    params: dict[str, Any] | None = None
+
+
+class RulesTestBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    payload: Json = msgspec.UNSET
+    headers: dict[str, str] | None = None
+    event_id: str | None = None
+    rules: RulesBody | None = None
+
+
+class ReplayBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    rules: RulesBody
+    last: int | None = None
+
+
+def _rules_document(body: RulesBody) -> dict[str, Any]:
+    document: dict[str, Any] = {"rules": body.rules}
+    if body.default_action is not None:
+        document["default_action"] = body.default_action
+    if body.params is not None:
+        document["params"] = body.params
+    return document
+
+
+async def _run(fn, *args, **kwargs):
+    return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+
+def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed) -> Router:
+    """Every `/api/v1` route, guarded by `api_guard`."""
+
+    # -- todos
+
+    @get("/todos", summary="List todos", description="Rows newest first (no payload).")
+    async def list_todos(
+        request: Request, endpoint: FromQuery[str | None] = None,
+        state_filter: Annotated[str | None, QueryParameter(name="state")] = None,  # `state` is reserved by Litestar
+        queue: FromQuery[str | None] = None, limit: FromQuery[int | None] = None,
+    ) -> dict[str, Any]:
+        rows = await _run(app.list_todos, caller=caller_of(request), endpoint=endpoint, state=state_filter,
+                          queue=queue, limit=limit)
+        return {"todos": rows}
+
+    @get("/todos/{todo_id:str}", summary="Get a todo")
+    async def get_todo(request: Request, todo_id: FromPath[str]) -> dict[str, Any]:
+        return await _run(app.get_todo, todo_id, caller=caller_of(request))
+
+    @get("/todos/{todo_id:str}/history", summary="A todo's event history")
+    async def todo_history(request: Request, todo_id: FromPath[str]) -> dict[str, Any]:
+        return await _run(app.history, todo_id, caller=caller_of(request))
+
+    @post("/todos/{todo_id:str}/claim", status_code=HTTP_200_OK, summary="Claim a todo as this operator")
+    async def claim(request: Request, todo_id: FromPath[str], data: JSONBody[LeaseBody | None] = None) -> dict[str, Any]:
+        ttl = data.lease_ttl_seconds if data else None
+        return await _run(app.claim, todo_id, caller=caller_of(request), lease_ttl_seconds=ttl)
+
+    @post("/todos/{todo_id:str}/extend", status_code=HTTP_200_OK, summary="Extend this operator's lease")
+    async def extend(request: Request, todo_id: FromPath[str], data: JSONBody[LeaseBody | None] = None) -> dict[str, Any]:
+        ttl = data.lease_ttl_seconds if data else None
+        return await _run(app.heartbeat, todo_id, caller=caller_of(request), lease_ttl_seconds=ttl)
+
+    @post("/todos/{todo_id:str}/complete", status_code=HTTP_200_OK, summary="Complete a claimed todo")
+    async def complete(request: Request, todo_id: FromPath[str], data: JSONBody[OutcomeBody | None] = None) -> dict[str, Any]:
+        data = data or OutcomeBody()
+        return await _run(app.complete, todo_id, caller=caller_of(request), result=data.result, summary=data.summary)
+
+    @post("/todos/{todo_id:str}/fail", status_code=HTTP_200_OK, summary="Fail a claimed todo")
+    async def fail(request: Request, todo_id: FromPath[str], data: JSONBody[OutcomeBody | None] = None) -> dict[str, Any]:
+        data = data or OutcomeBody()
+        return await _run(app.fail, todo_id, caller=caller_of(request), result=data.result, summary=data.summary)
+
+    @post("/todos/{todo_id:str}/release", status_code=HTTP_200_OK, summary="Release a claimed todo")
+    async def release(request: Request, todo_id: FromPath[str], data: JSONBody[ReleaseBody | None] = None) -> dict[str, Any]:
+        return await _run(app.release, todo_id, caller=caller_of(request), summary=data.summary if data else None)
+
+    @post("/todos/{todo_id:str}/retry", status_code=HTTP_200_OK, summary="Retry a failed todo now")
+    async def retry(request: Request, todo_id: FromPath[str]) -> dict[str, Any]:
+        return await _run(app.retry, todo_id, caller=caller_of(request))
+
+    @post("/todos/{todo_id:str}/move", status_code=HTTP_200_OK,
+          summary="Release a quarantined todo to a queue of its endpoint")
+    async def move(request: Request, todo_id: FromPath[str], data: JSONBody[MoveBody]) -> dict[str, Any]:
+        return await _run(app.release_quarantined, todo_id, data.queue, caller=caller_of(request))
+
+    @post("/todos/{todo_id:str}/discard", status_code=HTTP_200_OK, summary="Discard a quarantined todo")
+    async def discard(request: Request, todo_id: FromPath[str], data: JSONBody[ReleaseBody | None] = None) -> dict[str, Any]:
+        return await _run(app.discard_quarantined, todo_id, caller=caller_of(request),
+                          summary=data.summary if data else None)
+
+    # -- endpoints
+
+    @post("/endpoints", status_code=HTTP_201_CREATED, summary="Vend an endpoint",
+          description="The credential and mcp_json appear in this answer only.")
+    async def vend(request: Request, data: JSONBody[VendBody]) -> dict[str, Any]:
+        return await _run(
+            app.vend, data.agent, queues=data.queues, caller=caller_of(request), verbs=data.verbs,
+            webhook_max=data.webhook_max, source_types=data.source_types, webhook_queues=data.webhook_queues,
+            ttl_seconds=data.ttl_seconds, default_lease_seconds=data.default_lease_ttl_seconds,
+        )
+
+    @get("/endpoints", summary="List this operator's endpoints")
+    async def list_endpoints(request: Request) -> dict[str, Any]:
+        return {"endpoints": await _run(app.list_endpoints, caller=caller_of(request))}
+
+    @post("/endpoints/{ref:str}/revoke", status_code=HTTP_200_OK, summary="Revoke an endpoint")
+    async def revoke(request: Request, ref: FromPath[str]) -> dict[str, Any]:
+        return await _run(app.revoke, ref, caller=caller_of(request))
+
+    @post("/endpoints/{ref:str}/todos", summary="Push an operator-authored todo",
+          description="201 with the new todo; 200 with the live todo a repeated key maps to.",
+          responses={HTTP_200_OK: ResponseSpec(data_container=dict[str, Any], generate_examples=False,
+                                               description="The live todo a repeated key maps to")})
+    async def push(request: Request, ref: FromPath[str], data: JSONBody[PushBody]) -> Response[dict[str, Any]]:
+        answer = await _run(app.push, ref, data.title, caller=caller_of(request), queue=data.queue,
+                            payload=data.payload, key=data.key)
+        return Response(answer, status_code=HTTP_201_CREATED if answer["created"] else HTTP_200_OK)
+
+    # -- webhooks and rules
+
+    @get("/webhooks", summary="List webhooks")
+    async def list_webhooks(request: Request, endpoint: FromQuery[str | None] = None) -> dict[str, Any]:
+        return await _run(webhooks.list, caller=caller_of(request), endpoint=endpoint)
+
+    @post("/webhooks", status_code=HTTP_201_CREATED, summary="Create a webhook",
+          description="The ingest URL and signing secret appear in this answer only.")
+    async def create_webhook(request: Request, data: JSONBody[WebhookBody]) -> dict[str, Any]:
+        return await _run(webhooks.create, caller=caller_of(request), endpoint=data.endpoint,
+                          source_type=data.source_type, target_queue=data.target_queue)
+
+    @post("/webhooks/{webhook_id:str}/rotate", status_code=HTTP_200_OK, summary="Rotate a webhook's URL and secret")
+    async def rotate_webhook(request: Request, webhook_id: FromPath[str]) -> dict[str, Any]:
+        return await _run(webhooks.rotate, webhook_id, caller=caller_of(request))
+
+    @post("/webhooks/{webhook_id:str}/delete", status_code=HTTP_200_OK, summary="Delete a webhook")
+    async def delete_webhook(request: Request, webhook_id: FromPath[str]) -> dict[str, Any]:
+        return await _run(webhooks.delete, webhook_id, caller=caller_of(request))
+
+    @get("/webhooks/{webhook_id:str}/rules", summary="A webhook's saved rules")
+    async def get_rules(request: Request, webhook_id: FromPath[str]) -> dict[str, Any]:
+        return await _run(webhooks.rules, webhook_id, caller=caller_of(request))
+
+    @put("/webhooks/{webhook_id:str}/rules", summary="Save a webhook's rules",
+         description="Validated, then dry-run over the 50 latest deliveries; any fault refuses the save.")
+    async def put_rules(request: Request, webhook_id: FromPath[str], data: JSONBody[RulesBody]) -> dict[str, Any]:
+        return await _run(webhooks.set_rules, webhook_id, _rules_document(data), caller=caller_of(request))
+
+    @post("/webhooks/{webhook_id:str}/rules/test", status_code=HTTP_200_OK,
+          summary="Dry-run saved or candidate rules on a payload or a stored delivery")
+    async def test_rules(request: Request, webhook_id: FromPath[str], data: JSONBody[RulesTestBody]) -> dict[str, Any]:
+        has_payload = data.payload is not msgspec.UNSET
+        return await _run(
+            webhooks.test_rules, webhook_id, caller=caller_of(request),
+            payload=data.payload if has_payload else None, has_payload=has_payload, headers=data.headers,
+            event_id=data.event_id, candidate=_rules_document(data.rules) if data.rules is not None else None,
+        )
+
+    @post("/webhooks/{webhook_id:str}/rules/replay", status_code=HTTP_200_OK,
+          summary="Replay candidate rules over the last N stored deliveries")
+    async def replay_rules(request: Request, webhook_id: FromPath[str], data: JSONBody[ReplayBody]) -> dict[str, Any]:
+        return await _run(webhooks.replay, webhook_id, _rules_document(data.rules), caller=caller_of(request),
+                          last=data.last)
+
+    # -- deliveries
+
+    @get("/events", summary="Stored deliveries, newest first")
+    async def list_events(
+        request: Request, webhook: FromQuery[str | None] = None, limit: FromQuery[int | None] = None,
+        cursor: FromQuery[str | None] = None,
+    ) -> dict[str, Any]:
+        return await _run(webhooks.list_events, caller=caller_of(request), webhook_id=webhook, limit=limit,
+                          cursor=cursor)
+
+    @get("/events/{event_id:str}", summary="One stored delivery with redacted headers")
+    async def get_event(request: Request, event_id: FromPath[str]) -> dict[str, Any]:
+        return await _run(webhooks.get_event, event_id, caller=caller_of(request))
+
+    # -- the live feed
+
+    @get("/stream", summary="Server-Sent Events: this operator's todo transitions",
+         description="Each event is `event: todo`, `id: <log position>`, data: position, todo_id, type, state, "
+                     "dead_letter, queue, endpoint_id, time, actor. Send `Last-Event-ID` to resume after a "
+                     "position; without it the stream starts at the present.")
+    async def stream(request: Request) -> ServerSentEvent:
+        caller = caller_of(request)
+        owner = None if caller.superuser else caller.name
+        last = request.headers.get("last-event-id")
+        if last is not None and not _POSITION.fullmatch(last.strip()):
+            raise InvalidArgument("Last-Event-ID must be a log position")
+        start = int(last) if last is not None else await anyio.to_thread.run_sync(feed.head)
+        return ServerSentEvent(_transitions(feed, owner, start, request))
+
+    handlers = [
+        list_todos, get_todo, todo_history, claim, extend, complete, fail, release, retry, move, discard,
+        vend, list_endpoints, revoke, push, list_webhooks, create_webhook, rotate_webhook, delete_webhook,
+        get_rules, put_rules, test_rules, replay_rules, list_events, get_event, stream,
+    ]
+    for handler in handlers:
+        handler.responses = {**ERROR_RESPONSES, **(handler.responses or {})}
+    return Router(
+        path="/api/v1", guards=[api_guard], security=SECURITY, tags=["operator"],
+        route_handlers=handlers,
+    )
+
+
+async def _transitions(feed: TransitionFeed, owner: str | None, after: int,
+                       request: Request) -> AsyncIterator[ServerSentEventMessage]:
+    """Every transition after `after` for this owner, then each new one as it commits."""
+    loop = asyncio.get_running_loop()
+    changed = asyncio.Event()
+
+    def listener() -> None:
+        loop.call_soon_threadsafe(changed.set)
+
+    follower = feed.follow()
+    feed.add_listener(listener)
+    try:
+        yield ServerSentEventMessage(data=None, comment="switchboard todo transitions", retry=RETRY_MILLISECONDS)
+        while not feed.closed:
+            changed.clear()
+            found, after = await anyio.to_thread.run_sync(feed.since, after, owner)
+            for data in found:
+                yield ServerSentEventMessage(event="todo", id=data["position"], data=json.dumps(data))
+            try:
+                await asyncio.wait_for(changed.wait(), KEEPALIVE_SECONDS)
+            except TimeoutError:
+                yield ServerSentEventMessage(data=None, comment="keepalive")
+    finally:
+        feed.remove_listener(listener)
+        follower.close()
