@@ -4,26 +4,60 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from litestar import Litestar, MediaType, Response, get
+from pathlib import Path
+from urllib.parse import quote
+
+from litestar import Litestar, MediaType, Request, Response, get
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin
+from litestar.openapi.spec import Components, SecurityScheme
+from litestar.response import Redirect
+from litestar.static_files import create_static_files_router
 
 from domain.endpoint import EndpointRevoked
-from domain.todo import LeaseExpired, TodoOpened, TodoReleased, TodoRequeued
+from domain.todo import LeaseExpired, TodoMoved, TodoOpened, TodoReleased, TodoRequeued
 from interfaces.bootstrap import Container
+from application.feed import TransitionFeed
+from interfaces.http.api import api_router
+from interfaces.http.auth import BoardRedirect, SessionCodec, add_security_headers
+from interfaces.http.board import board_routes
 from interfaces.http.errors import EXCEPTION_HANDLERS
 from interfaces.http.ingest import TokenBuckets, ingest_route
+from interfaces.http.metrics import metrics_route
 from interfaces.mcp import McpGateway, Services, mcp_route
 from interfaces.mcp.doorbell import Doorbell
 from interfaces.store.rings import SqlRings
 from interfaces.version import VERSION
 
 # Events after which a todo may be pending: only they wake the doorbell's scan.
-MAKES_PENDING = (TodoOpened, TodoReleased, LeaseExpired, TodoRequeued)
+MAKES_PENDING = (TodoOpened, TodoReleased, LeaseExpired, TodoRequeued, TodoMoved)
+HERE = Path(__file__).parent
+
+
+def to_login(request: Request, error: BoardRedirect) -> Response:
+    """A board page without a signed-in operator: sign in first, then come back."""
+    target = error.next_path if error.next_path.startswith("/") and not error.next_path.startswith("//") else "/"
+    return Redirect(f"/login?next={quote(target)}", status_code=303)
+
+
+def openapi_config() -> OpenAPIConfig:
+    """The operator API's schema at `/schema/openapi.json` (only `/api/v1` is in it)."""
+    return OpenAPIConfig(
+        title="Switchboard operator API", version=VERSION, path="/schema", render_plugins=[JsonRenderPlugin()],
+        components=Components(security_schemes={
+            "operatorToken": SecurityScheme(type="http", scheme="bearer", description="an `sbo_` operator API token"),
+            "boardSession": SecurityScheme(
+                type="apiKey", security_scheme_in="cookie", name="sb_session",
+                description="the board session cookie; unsafe methods also need the X-CSRF-Token header",
+            ),
+        }),
+    )
 
 
 def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]] = ()) -> Litestar:
     """Builds the HTTP app around an already-built container."""
 
-    @get("/healthz", media_type=MediaType.TEXT, sync_to_thread=True)
+    @get("/healthz", media_type=MediaType.TEXT, sync_to_thread=True, include_in_schema=False)
     def healthz() -> Response[str]:
         if not container.store.db.ping(timeout=2.0):
             return Response("store down", status_code=503, media_type=MediaType.TEXT)
@@ -39,17 +73,34 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
     )
     doorbell = mcp.doorbell
 
+    feed = TransitionFeed(store)
+
     def on_commit(recorded) -> None:
+        feed.wake()  # the board's live view: read the log now, not at the next poll
         if any(isinstance(r.event, MAKES_PENDING) for r in recorded):
             doorbell.wake()  # a local todo became claimable: scan at once, not at the next poll
         if any(isinstance(r.event, EndpointRevoked) for r in recorded):
             mcp.revocation_seen()  # end that endpoint's sessions and streams at once
 
     store.subscribe(on_commit)
+    route_handlers = [
+        healthz, ingest_route(container.webhooks, buckets), mcp_route(mcp),
+        create_static_files_router(path="/static", directories=[HERE / "static"], include_in_schema=False),
+        metrics_route(container),
+        api_router(container.app, container.webhooks, feed),
+        *board_routes(container),
+    ]
     app = Litestar(
-        route_handlers=[healthz, ingest_route(container.webhooks, buckets), mcp_route(mcp)],
-        exception_handlers=EXCEPTION_HANDLERS, openapi_config=None, on_startup=list(on_startup),
+        route_handlers=route_handlers,
+        exception_handlers={**EXCEPTION_HANDLERS, BoardRedirect: to_login},
+        openapi_config=openapi_config(), on_startup=list(on_startup),
         lifespan=[mcp.lifespan],  # the MCP session manager runs once, for the app's lifetime
+        before_send=[add_security_headers],
     )
     app.state.mcp = mcp
+    app.state.feed = feed
+    app.state.switchboard = container.app
+    app.state.sessions = SessionCodec(
+        settings.resolved_secret_key(), secure=settings.base_url.startswith("https://"),
+    )
     return app

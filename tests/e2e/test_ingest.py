@@ -490,7 +490,7 @@ def test_other_methods_and_paths_answer_json_errors_and_store_nothing(stack, hoo
         response = stack.http.request(method, hooks["generic"]["ingest_url"])
         assert_error(response, 405, {"error": "Method Not Allowed", "code": "method_not_allowed"})
         assert "POST" in response.headers["allow"]
-    for path in ("/webhooks/w/", "/webhooks/w/" + "0" * 32 + "/more", "/webhooks/nope"):
+    for path in ("/webhooks/w/", "/webhooks/w/" + "0" * 32 + "/more", "/webhooks/nope/deeper/still"):
         assert_error(stack.post(stack.server.base + path, b"{}"), 404, {"error": "Not Found", "code": "not_found"})
     assert stack.counts() == before
 
