@@ -34,6 +34,7 @@ from domain.todo import (
 log = logging.getLogger("switchboard.feed")
 
 PAGE = 500
+PAGES_PER_READ = 4  # a tick or a resume reads at most this many pages, then comes back for more
 RING = 20_000
 KNOWN_TODOS = 200_000
 
@@ -78,6 +79,7 @@ class TransitionFeed:
         self._followers = 0
         self._listeners: list[Callable[[], None]] = []
         self._thread: threading.Thread | None = None
+        self._behind = False
         self._closed = False
 
     # -- the tailer
@@ -101,25 +103,31 @@ class TransitionFeed:
             self._thread.start()
 
     def _run(self) -> None:
+        failing = False
         while not self._closed:
             with self._lock:
                 if self._followers == 0:
-                    self._thread = None
+                    self._thread = None  # the next follower starts afresh at the log's head
                     return
             try:
                 self.tick()
-            except Exception:  # noqa: BLE001 - a store hiccup must not end the feed
-                log.exception("transition feed: reading the log failed; retrying")
-            self._wake.wait(self.poll)
-            self._wake.clear()
+                failing = False
+            except Exception as error:  # noqa: BLE001 - a store hiccup must not end the feed
+                if not failing:
+                    log.warning("transition feed: reading the log failed (%s); retrying", error)
+                failing = True
+            if not self._behind:
+                self._wake.wait(self.poll)
+                self._wake.clear()
 
     def tick(self) -> int:
-        """Reads what was committed since the head into the ring; returns how many transitions."""
+        """Reads what was committed since the head into the ring (a few pages at most; `_behind`
+        says more is waiting); returns how many transitions."""
         with self._lock:
             if self._floor < 0:
                 self._start_locked()
             head = self._head
-        found, new_head = self._read(head)
+        found, new_head, self._behind = self._read(head)
         with self._lock:
             if self._head != head:  # another tick ran meanwhile (only `tick` moves the head)
                 return 0
@@ -133,22 +141,26 @@ class TransitionFeed:
             listener()
         return len(found)
 
-    def _read(self, after: int, stop: int | None = None) -> tuple[list[Transition], int]:
-        """Transitions after `after`, up to what was committed when the read began."""
+    def _read(self, after: int, stop: int | None = None) -> tuple[list[Transition], int, bool]:
+        """Transitions after `after`, up to what was committed when the read began, at most
+        PAGES_PER_READ pages: also the position reached and whether more remains."""
         ceiling = self.store.max_position()
         if stop is not None:
             ceiling = min(ceiling, stop)
         found: list[Transition] = []
         position = after
-        while position < ceiling:
+        for _ in range(PAGES_PER_READ):
+            if position >= ceiling:
+                break
             page = self.store.read_log(position, PAGE, types=(*TODO_EVENTS, EndpointVended), stop=ceiling)
-            if not page:
+            if len(page) < PAGE:  # nothing more of these types up to the ceiling
+                found.extend(self._transitions(page))
+                position = ceiling
                 break
             found.extend(self._transitions(page))
             position = page[-1].position
-            if len(page) < PAGE:
-                break
-        return found, max(ceiling, after)
+        reached = max(position, after)
+        return found, reached, reached < ceiling
 
     def _transitions(self, recorded: Iterable[Any]) -> list[Transition]:
         with self._cache_lock:  # the tailer and a follower reading old history may both be here
@@ -208,33 +220,39 @@ class TransitionFeed:
     # -- followers
 
     def follow(self) -> Follower:
+        """A new reader; `Follower.start` is the present (where a stream without Last-Event-ID begins)."""
         with self._lock:
             self._followers += 1
-            if self._floor < 0:
+            if self._floor < 0 or self._thread is None or not self._thread.is_alive():
+                # nobody followed for a while: the ring and head are stale, start at the log's head
+                self._ring.clear()
                 self._start_locked()
             self._ensure_thread()
-        return Follower(self)
+            present = max(self._head, self.store.max_position())  # the tailer may be a poll behind
+            return Follower(self, present)
 
     def _unfollow(self) -> None:
         with self._lock:
             self._followers -= 1
 
-    def since(self, after: int, owner: str | None) -> tuple[list[dict[str, Any]], int]:
-        """This owner's transitions after a position (None: everyone's), and the position reached."""
+    def since(self, after: int, owner: str | None) -> tuple[list[dict[str, Any]], int, bool]:
+        """This owner's transitions after a position (None: everyone's), the position reached, and
+        whether more is already there to read (call again at once)."""
         with self._lock:
             if self._floor < 0:
                 self._start_locked()
             head, floor = self._head, self._floor
             if after >= floor:
-                found = [t for t in self._ring if t.position > after]
-                return [t.data for t in found if owner is None or t.owner == owner], max(head, after)
-        # older than the ring holds: read that stretch from the log itself
-        older, reached = self._read(after, stop=floor)
-        with self._lock:
-            newer = [t for t in self._ring if t.position > reached]
-            head = self._head
-        found = older + newer
-        return [t.data for t in found if owner is None or t.owner == owner], max(head, reached)
+                found: list[Transition] = []
+                for t in reversed(self._ring):  # followers are near the head: walk back from it
+                    if t.position <= after:
+                        break
+                    found.append(t)
+                found.reverse()
+                return [t.data for t in found if owner is None or t.owner == owner], max(head, after), False
+        # older than the ring holds: read that stretch from the log itself, a few pages at a time
+        older, reached, _ = self._read(after, stop=floor)
+        return [t.data for t in older if owner is None or t.owner == owner], reached, True
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         with self._lock:
@@ -262,8 +280,9 @@ class TransitionFeed:
 class Follower:
     """One reader of the feed (an SSE connection); `close` when it leaves."""
 
-    def __init__(self, feed: TransitionFeed) -> None:
+    def __init__(self, feed: TransitionFeed, start: int) -> None:
         self.feed = feed
+        self.start = start
         self._closed = False
 
     def close(self) -> None:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import anyio.to_thread
 import msgspec
 from litestar import Request, Response, Router, get, post, put
+from litestar.datastructures import CacheControlHeader
 from litestar.openapi import ResponseSpec
 from litestar.openapi.spec import SecurityRequirement
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
@@ -51,7 +53,7 @@ ERROR_RESPONSES = {
         (400, "Invalid input"), (401, "No valid operator token or board session"),
         (403, "Forbidden, or the board session's X-CSRF-Token header is missing or wrong"),
         (404, "Not found (another operator's ids too)"), (409, "Conflict with the current state"),
-        (413, "Request body too large"),
+        (413, "Request body too large"), (422, "The request does not fit the schema (fields named)"),
     )
 }
 
@@ -292,8 +294,10 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed) -> Ro
         last = request.headers.get("last-event-id")
         if last is not None and not _POSITION.fullmatch(last.strip()):
             raise InvalidArgument("Last-Event-ID must be a log position")
-        start = int(last) if last is not None else await anyio.to_thread.run_sync(feed.head)
-        return ServerSentEvent(_transitions(feed, owner, start, request))
+        await anyio.to_thread.run_sync(feed.store.max_position)  # store down: 503 now, not a cut stream
+        session = request.scope["state"].get("session")  # None with a bearer token
+        ends_at = session.issued_at + request.app.state.sessions.max_age if session is not None else None
+        return ServerSentEvent(_transitions(feed, owner, int(last) if last is not None else None, ends_at))
 
     handlers = [
         list_todos, get_todo, todo_history, claim, extend, complete, fail, release, retry, move, discard,
@@ -303,29 +307,33 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed) -> Ro
     for handler in handlers:
         handler.responses = {**ERROR_RESPONSES, **(handler.responses or {})}
     return Router(
-        path="/api/v1", guards=[api_guard], security=SECURITY, tags=["operator"],
+        path="/api/v1", guards=[api_guard], cache_control=CacheControlHeader(no_store=True),  # credentials, payloads security=SECURITY, tags=["operator"],
         route_handlers=handlers,
     )
 
 
-async def _transitions(feed: TransitionFeed, owner: str | None, after: int,
-                       request: Request) -> AsyncIterator[ServerSentEventMessage]:
-    """Every transition after `after` for this owner, then each new one as it commits."""
+async def _transitions(feed: TransitionFeed, owner: str | None, last: int | None,
+                       ends_at: float | None) -> AsyncIterator[ServerSentEventMessage]:
+    """Every transition after `last` (None: from now on) for this owner, then each new one as it
+    commits, until the server stops or the board session that opened the stream expires."""
     loop = asyncio.get_running_loop()
     changed = asyncio.Event()
 
     def listener() -> None:
         loop.call_soon_threadsafe(changed.set)
 
-    follower = feed.follow()
+    follower = await anyio.to_thread.run_sync(feed.follow)
     feed.add_listener(listener)
+    after = last if last is not None else follower.start
     try:
         yield ServerSentEventMessage(data=None, comment="switchboard todo transitions", retry=RETRY_MILLISECONDS)
-        while not feed.closed:
+        while not feed.closed and (ends_at is None or time.time() < ends_at):
             changed.clear()
-            found, after = await anyio.to_thread.run_sync(feed.since, after, owner)
+            found, after, more = await anyio.to_thread.run_sync(feed.since, after, owner)
             for data in found:
                 yield ServerSentEventMessage(event="todo", id=data["position"], data=json.dumps(data))
+            if more:  # resuming from far back: the next pages at once
+                continue
             try:
                 await asyncio.wait_for(changed.wait(), KEEPALIVE_SECONDS)
             except TimeoutError:

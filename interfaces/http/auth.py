@@ -73,8 +73,8 @@ class SessionCodec:
         return f"{body.decode()}.{self._sign(body)}"
 
     def decode(self, cookie: str | None, *, now: float | None = None) -> Session | None:
-        if not cookie or len(cookie) > 1024 or "." not in cookie:
-            return None
+        if not cookie or len(cookie) > 1024 or not cookie.isascii() or "." not in cookie:
+            return None  # (a non-ASCII cookie is no session, not an error)
         body, _, signature = cookie.partition(".")
         if not hmac.compare_digest(signature, self._sign(body.encode())):
             return None
@@ -116,7 +116,7 @@ async def csrf_token_sent(request: Request) -> str | None:
 
 
 def csrf_ok(session: Session, sent: str | None) -> bool:
-    return sent is not None and hmac.compare_digest(session.csrf.encode(), sent.encode())
+    return sent is not None and hmac.compare_digest(session.csrf.encode(), sent.encode("utf-8", "surrogatepass"))
 
 
 class BoardRedirect(Exception):
@@ -166,6 +166,7 @@ async def api_guard(connection: ASGIConnection, _: BaseRouteHandler) -> None:
     if connection.scope["method"] in UNSAFE and not csrf_ok(session, connection.headers.get(CSRF_HEADER)):
         raise PermissionDeniedException("missing or wrong CSRF token (X-CSRF-Token header)")
     connection.scope["state"]["caller"] = Caller.operator(session.operator)
+    connection.scope["state"]["session"] = session
 
 
 def caller_of(request: Request) -> Caller:

@@ -14,6 +14,7 @@ only the fragment of its live region, rendered from the same include the full pa
 from __future__ import annotations
 
 import json
+import math
 import re
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,9 +34,11 @@ from domain.names import QUARANTINE
 from domain.todo import MAX_ATTEMPTS, STATES
 from interfaces.bootstrap import Container
 from interfaces.http.auth import (
-    CSRF_FIELD, CSRF_HEADER, Session, SessionCodec, board_guard, caller_of, csrf_ok, session_of,
+    CSRF_FIELD, CSRF_HEADER, Session, SessionCodec, board_guard, caller_of, client_ip, csrf_ok,
+    session_of,
 )
 from interfaces.http.errors import STATUS_BY_CODE
+from interfaces.http.ingest import TokenBuckets
 
 TEMPLATES = Path(__file__).parent / "templates"
 PARTIAL_HEADER = "x-board-partial"
@@ -43,6 +46,7 @@ TODOS_SHOWN = 200
 EVENTS_SHOWN = 50
 REPLAY_DEFAULT_LAST = 100
 PASSWORD_MAX_CHARS = 1024
+FAILED_LOGIN_RATE, FAILED_LOGIN_BURST = 0.2, 10  # 10 wrong passwords at once, then one per 5 s
 # `?done=<key>` after a successful POST: a fixed vocabulary, so a link cannot put words on the page
 DONE = {
     "claimed": "Claimed: the lease is yours.",
@@ -286,6 +290,7 @@ def board_routes(container: Container) -> list:
     board = Board(container)
     app = container.app
     webhooks = container.webhooks
+    failed_logins = TokenBuckets(FAILED_LOGIN_RATE, FAILED_LOGIN_BURST)  # per address, this process
 
     # -- sign-in ----------------------------------------------------------------------------------
 
@@ -319,7 +324,13 @@ def board_routes(container: Container) -> list:
             return login_page(request, None, next_path=next_path, status=403,
                               error="This sign-in form has expired or was not sent by the board: try again.")
         name, password = _text(data, "name"), str((data or {}).get("password") or "")
+        client = client_ip(request.scope)
+        wait = failed_logins.wait(client)
+        if wait > 0:
+            return login_page(request, session, next_path=next_path, status=429, name=name[:64],
+                              error=f"too many failed sign-ins from this address: try again in {math.ceil(wait)} s")
         if not name or not password or len(password) > PASSWORD_MAX_CHARS or not app.verify_password(name, password):
+            failed_logins.take(client)
             return login_page(request, session, next_path=next_path, status=401, error="wrong name or password",
                               name=name[:64])
         codec: SessionCodec = request.app.state.sessions

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from litestar import MediaType, Request, Response
-from litestar.exceptions import HTTPException
+from litestar.exceptions import HTTPException, ValidationException
 
 from application.errors import StoreUnavailable
 from domain.errors import DomainError
@@ -63,6 +63,13 @@ def http_error_handler(request: Request, error: HTTPException) -> Response:
                     headers=error.headers)
 
 
+def validation_error_handler(request: Request, error: ValidationException) -> Response:
+    """A request that does not fit the declared schema (a missing or unknown field, a wrong type,
+    a non-number where a number goes): 422, naming the fields. Malformed JSON stays 400."""
+    return Response({"error": _message(error), "code": "validation_failed"}, status_code=422,
+                    media_type=MediaType.JSON, headers=error.headers)
+
+
 def _message(error: HTTPException) -> str:
     """The detail, naming the fields a validation failure found at fault."""
     problems = error.extra if isinstance(error.extra, list) else []
@@ -78,5 +85,6 @@ def internal_error_handler(request: Request, error: Exception) -> Response:
 
 EXCEPTION_HANDLERS = {
     DomainError: domain_error_handler, StoreUnavailable: unavailable_handler,
-    HTTPException: http_error_handler, Exception: internal_error_handler,
+    HTTPException: http_error_handler, ValidationException: validation_error_handler,
+    Exception: internal_error_handler,
 }

@@ -49,6 +49,16 @@ class TokenBuckets:
             self._remember(client, tokens, now)
             return (1.0 - tokens) / self.rate
 
+    def wait(self, client: str) -> float:
+        """Like `take`, without taking: 0 when a token is there, else the seconds until one is."""
+        if self.rate <= 0:
+            return 0.0
+        now = self._clock()
+        with self._lock:
+            tokens, stamp = self._buckets.get(client, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - stamp) * self.rate)
+        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.rate
+
     def _remember(self, client: str, tokens: float, now: float) -> None:
         if len(self._buckets) >= self._max_clients and client not in self._buckets:
             full = [c for c, (t, s) in self._buckets.items() if t + (now - s) * self.rate >= self.burst]

@@ -4,8 +4,10 @@ Every value comes from the read models at scrape time (caught up first), so a sc
 what other processes wrote. Labels are bounded: queue, state, source, outcome, verdict,
 projection and version — never a todo or an endpoint.
 
-- `switchboard_queue_todos{queue,state}`: state is `pending`, `claimed`, `done`, `failed`
-  (awaiting a retry) or `dead` (a dead letter); every state of every queue that holds a todo.
+- `switchboard_queue_todos{queue,state}`: state is `pending`, `claimed`, `done` or `failed` (the
+  states of CONTRACT §6; dead letters are failed); every state of every queue that holds a todo.
+- `switchboard_queue_dead_letters{queue}` (beyond §10): how many of the failed are dead letters,
+  the number an operator alerts on.
 - `switchboard_queue_oldest_pending_seconds{queue}`: now minus the creation time of the queue's
   oldest pending todo; 0 when none is pending.
 - `switchboard_todos_created_total{queue,source}`, `switchboard_todos_claimed_total{queue}`,
@@ -59,12 +61,18 @@ class SwitchboardCollector:
             "switchboard_queue_oldest_pending_seconds", "Age of the oldest pending todo per queue (0 if none).",
             labels=("queue",),
         )
+        dead = GaugeMetricFamily(
+            "switchboard_queue_dead_letters", "Dead letters per queue (failed todos with no retry left).",
+            labels=("queue",),
+        )
         for queue in snapshot.queues:
             for state in QUEUE_STATES:
                 todos.add_metric((queue, state), snapshot.todos.get((queue, state), 0))
+            dead.add_metric((queue,), snapshot.dead_letters.get(queue, 0))
             created_at = snapshot.oldest_pending.get(queue)
             oldest.add_metric((queue,), 0.0 if created_at is None else max(now - created_at, 0) / 1_000_000)
         yield todos
+        yield dead
         yield oldest
         for metric, name, documentation, labels in COUNTERS:
             family = CounterMetricFamily(name, documentation, labels=labels)

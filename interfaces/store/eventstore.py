@@ -522,7 +522,10 @@ class SqlEventStore:
         ]
 
     def max_position(self) -> int:
-        return self.recorder.max_notification_id() or 0
+        try:
+            return self.recorder.max_notification_id() or 0
+        except PersistenceError as error:
+            raise StoreUnavailable(f"store unavailable: {error}") from None
 
     def event_data(self, event: DomainEvent) -> dict[str, Any]:
         return self.codec.event_data(event)

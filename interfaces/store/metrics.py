@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from domain.todo import STATES
 from interfaces.store.database import Database
 from interfaces.store.projector import Projector
 
-DEAD = "dead"
-# `failed` is a failed todo awaiting its retry; a dead letter (failed, no retry left) is `dead`.
-QUEUE_STATES = ("pending", "claimed", "done", "failed", DEAD)
+# The todo states of CONTRACT §6: a dead letter is `failed` (with no retry left), counted apart too.
+QUEUE_STATES = STATES
 
 
 @dataclass(frozen=True)
@@ -17,6 +17,7 @@ class MetricsSnapshot:
     """One consistent read of the read models (after catching them up)."""
 
     todos: dict[tuple[str, str], int] = field(default_factory=dict)  # (queue, state) -> todos
+    dead_letters: dict[str, int] = field(default_factory=dict)  # queue -> dead letters (among `failed`)
     oldest_pending: dict[str, int] = field(default_factory=dict)  # queue -> created_at (µs) of the oldest pending
     counters: dict[str, dict[tuple[str, str], int]] = field(default_factory=dict)  # metric -> (a, b) -> total
     lag: dict[str, int] = field(default_factory=dict)  # projection -> events it had not applied yet
@@ -44,10 +45,12 @@ class SqlMetrics:
             oldest = tx.execute("SELECT queue, min(created_at) FROM sb_todo_rows WHERE state = 'pending' GROUP BY queue")
             counted = tx.execute("SELECT metric, a, b, total FROM sb_counters")
         todos: dict[tuple[str, str], int] = {}
+        dead: dict[str, int] = {}
         for queue, state, dead_letter, count in grouped:
-            key = (queue, DEAD if state == "failed" and dead_letter else state)
-            todos[key] = todos.get(key, 0) + count
+            todos[(queue, state)] = todos.get((queue, state), 0) + count
+            if dead_letter:
+                dead[queue] = dead.get(queue, 0) + count
         counters: dict[str, dict[tuple[str, str], int]] = {}
         for metric, a, b, total in counted:
             counters.setdefault(metric, {})[(a, b)] = total
-        return MetricsSnapshot(todos, {queue: at for queue, at in oldest}, counters, lag)
+        return MetricsSnapshot(todos, dead, {queue: at for queue, at in oldest}, counters, lag)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import application.feed
 from application.feed import TransitionFeed
 from application.service import Caller
 
@@ -30,11 +31,20 @@ def seen(found) -> list[tuple[int, str, str]]:
     return [(t["position"], t["todo_id"], t["type"]) for t in found]
 
 
+def drain(feed: TransitionFeed, after: int, owner: str | None) -> tuple[list[dict], int]:
+    """Everything after a position, as a follower gets it: call again while `more` says so."""
+    found, more = [], True
+    while more:
+        page, after, more = feed.since(after, owner)
+        found.extend(page)
+    return found, after
+
+
 def test_a_follower_from_position_zero_gets_every_transition_once_in_log_order(sb):
     mixed_workload(sb)
     feed = TransitionFeed(sb.container.store)
 
-    found, head = feed.since(0, None)
+    found, head = drain(feed, 0, None)
 
     assert seen(found) == todo_positions(sb)
     assert head == sb.container.store.max_position()
@@ -47,8 +57,8 @@ def test_each_owner_sees_only_its_own_endpoints_transitions(sb):
     bob = next(e["owner"] for e in sb.app.list_endpoints(caller=CLI) if e["owner"] != "admin")
     feed = TransitionFeed(sb.container.store)
 
-    admins, _ = feed.since(0, "admin")
-    bobs, _ = feed.since(0, bob)
+    admins, _ = drain(feed, 0, "admin")
+    bobs, _ = drain(feed, 0, bob)
 
     assert seen(admins) == todo_positions(sb, "admin")
     assert seen(bobs) == todo_positions(sb, bob)
@@ -65,11 +75,11 @@ def test_resuming_after_any_position_repeats_and_skips_nothing(sb):
             sb.app.claim(todo_id, caller=agent(vended))
             sb.app.complete(todo_id, caller=agent(vended))
         feed.tick()
-        everything = seen(feed.since(0, None)[0])
+        everything = seen(drain(feed, 0, None)[0])
         assert everything == todo_positions(sb)
         for cut in range(0, len(everything), 5):
             after = everything[cut][0]
-            assert seen(feed.since(after, None)[0]) == everything[cut + 1:]
+            assert seen(drain(feed, after, None)[0]) == everything[cut + 1:]
     finally:
         follower.close()
 
@@ -82,7 +92,7 @@ def test_transitions_from_another_process_reach_the_tailer(sb):
     todo_id = other.app.push(vended["slug"], "elsewhere", caller=CLI)["todo"]["id"]
 
     assert feed.tick() == 1
-    found, head = feed.since(start, "admin")
+    found, head = drain(feed, start, "admin")
 
     assert [(t["todo_id"], t["type"], t["state"], t["queue"]) for t in found] == [
         (todo_id, "TodoOpened", "pending", vended["queues"][0])]
@@ -102,7 +112,7 @@ def test_concurrent_writers_never_make_the_tailer_skip_or_repeat(sb):
         after = start
         while not stop.is_set():
             feed.tick()
-            found, after = feed.since(after, None)
+            found, after = drain(feed, after, None)
             collected.extend(found)
 
     def write(container) -> None:
@@ -121,8 +131,43 @@ def test_concurrent_writers_never_make_the_tailer_skip_or_repeat(sb):
     feed.tick()
     stop.set()
     tailer.join()
-    collected.extend(feed.since(max([start] + [t["position"] for t in collected]), None)[0])
+    collected.extend(drain(feed, max([start] + [t["position"] for t in collected]), None)[0])
 
     expected = [row for row in todo_positions(sb) if row[0] > start]
     assert len(expected) == 2 * 40 * 3
     assert seen(collected) == expected
+
+
+def test_a_follower_after_an_idle_spell_starts_at_the_present(sb):
+    """Once nobody follows, the tailer stops; the next follower must not inherit a stale head."""
+    feed = TransitionFeed(sb.container.store, poll=0.01)
+    vended = sb.vend()
+    feed.follow().close()
+    for i in range(3):  # while nobody follows
+        sb.push(vended, f"unwatched {i}")
+    follower = feed.follow()
+    try:
+        assert follower.start == sb.container.store.max_position()
+        assert feed.since(follower.start, None) == ([], follower.start, False)
+        todo_id = sb.push(vended, "watched")["id"]
+        feed.tick()
+        assert [t["todo_id"] for t in drain(feed, follower.start, None)[0]] == [todo_id]
+    finally:
+        follower.close()
+
+
+def test_a_resume_from_far_back_comes_in_bounded_pages(sb, monkeypatch):
+    monkeypatch.setattr(application.feed, "PAGE", 4)  # 4 pages of 4 events per call at most
+    vended = sb.vend()
+    for i in range(20):
+        sb.push(vended, f"t{i}")
+    feed = TransitionFeed(sb.container.store, ring=5)
+    feed.follow()
+    calls, found, after, more = 0, [], 0, True
+    while more:
+        page, after, more = feed.since(after, None)
+        found.extend(page)
+        calls += 1
+        assert len(page) <= 16
+    assert calls >= 2
+    assert seen(found) == todo_positions(sb)

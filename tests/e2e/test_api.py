@@ -235,7 +235,7 @@ def test_list_todos_filters_newest_first_and_limit_bounds(api):
 
     for limit in (0, -1, 1001, 10**30):
         assert "limit" in refused(api.get("/todos", params={"limit": limit}), 400, "invalid_argument")
-    refused(api.get("/todos", params={"limit": "ten"}), 400, "invalid_argument")
+    refused(api.get("/todos", params={"limit": "ten"}), 422, "validation_failed")
     refused(api.get("/todos", params={"state": "lost"}), 400, "invalid_argument")
     refused(api.get("/todos", params={"queue": "Not A Queue!"}), 400, "invalid_argument")
     refused(api.get("/todos", params={"endpoint": "no-such-endpoint"}), 404, "not_found")
@@ -308,7 +308,7 @@ def test_claim_extend_release_fail_retry_complete(api):
     assert 590 <= (parse_time(extended["lease_expires_at"]) - before).total_seconds() <= 610
     default = ok(api.post(f"{path}/extend"))  # no body: the endpoint's default lease (300 s)
     assert 290 <= (parse_time(default["lease_expires_at"]) - now()).total_seconds() <= 305
-    refused(api.post(f"{path}/extend", {"lease_ttl_seconds": "long"}), 400, "invalid_argument")
+    refused(api.post(f"{path}/extend", {"lease_ttl_seconds": "long"}), 422, "validation_failed")
 
     released = ok(api.post(f"{path}/release", {"summary": "not now"}))
     assert (released["state"], released["owner"], released["attempt"]) == ("pending", None, 1)
@@ -328,7 +328,7 @@ def test_claim_extend_release_fail_retry_complete(api):
     ok(api.post(f"{path}/claim"))
     refused(api.post(f"{path}/complete", {"result": "x" * 70_000}), 400, "invalid_argument")  # over 64 KiB
     assert todo(api, todo_id)["state"] == "claimed"
-    refused(api.post(f"{path}/complete", {"summary": 12}), 400, "invalid_argument")
+    refused(api.post(f"{path}/complete", {"summary": 12}), 422, "validation_failed")
     done = ok(api.post(f"{path}/complete", {"result": {"merged": True}, "summary": "s" * 3000}))
     assert (done["state"], done["owner"], done["lease_expires_at"]) == ("done", None, None)
     full = todo(api, todo_id)
@@ -391,8 +391,8 @@ def test_a_quarantined_todo_moves_to_a_queue_of_its_endpoint(api, boom_hook):
     refused(api.post(path, {"queue": "elsewhere"}), 403, "forbidden")  # not one of the endpoint's queues
     refused(api.post(path, {"queue": "quarantine"}), 400, "invalid_argument")
     refused(api.post(path, {"queue": "Bad Name!"}), 400, "invalid_argument")
-    refused(api.post(path, {}), 400, "invalid_argument")
-    refused(api.post(path), 400, "invalid_argument")
+    refused(api.post(path, {}), 422, "validation_failed")
+    refused(api.post(path), 422, "validation_failed")
     assert todo(api, todo_id)["queue"] == "quarantine"
 
     moved = ok(api.post(path, {"queue": "other"}))
@@ -420,7 +420,9 @@ def test_a_quarantined_todo_can_be_discarded(api, boom_hook):
 
 def test_vend_shows_the_credential_once(api, sqlite_stack):
     agent = unique("Vended Agent")
-    vended = ok(api.post("/endpoints", {"agent": agent, "queues": ["inbox", "other"]}), 201)
+    answer = api.post("/endpoints", {"agent": agent, "queues": ["inbox", "other"]})
+    assert answer.headers["cache-control"] == "no-store"  # the credential must not be kept by any cache
+    vended = ok(answer, 201)
     assert set(vended) == VEND_KEYS, vended
     assert CREDENTIAL.match(vended["credential"]) and vended["slug"].startswith("vended-agent-")
     assert vended["mcp_url"] == f"{sqlite_stack.server.base}/mcp/{vended['slug']}"
@@ -467,13 +469,15 @@ def test_vend_shows_the_credential_once(api, sqlite_stack):
     pytest.param([], id="array"),
 ])
 def test_vend_refuses_bad_input(api, body):
+    """Values the schema admits but the contract refuses: 400; bodies the schema refuses: 422."""
     before = len(ok(api.get("/endpoints"))["endpoints"])
-    refused(api.post("/endpoints", body), 400, "invalid_argument")
+    misfit = not isinstance(body, dict) or "agent" not in body or "queues" not in body or isinstance(body["queues"], str)
+    refused(api.post("/endpoints", body), *((422, "validation_failed") if misfit else (400, "invalid_argument")))
     assert len(ok(api.get("/endpoints"))["endpoints"]) == before
 
 
 def test_vend_refuses_unreadable_bodies(api):
-    refused(api.post("/endpoints"), 400, "invalid_argument")
+    refused(api.post("/endpoints"), 422, "validation_failed")
     refused(api.post("/endpoints", content=b"{not json", headers={"content-type": "application/json"}), 400,
             "invalid_argument")
 
@@ -527,9 +531,9 @@ def test_push_creates_then_a_live_key_answers_200(api):
 
 
 @pytest.mark.parametrize(("body", "status", "code"), [
-    pytest.param({}, 400, "invalid_argument", id="no-title"),
+    pytest.param({}, 422, "validation_failed", id="no-title"),
     pytest.param({"title": ""}, 400, "invalid_argument", id="empty-title"),
-    pytest.param({"title": 7}, 400, "invalid_argument", id="title-not-text"),
+    pytest.param({"title": 7}, 422, "validation_failed", id="title-not-text"),
     pytest.param({"title": "t", "key": ""}, 400, "invalid_argument", id="empty-key"),
     pytest.param({"title": "t", "key": "k" * 600}, 400, "invalid_argument", id="long-key"),
     pytest.param({"title": "t", "queue": "quarantine"}, 400, "invalid_argument", id="quarantine"),
@@ -606,7 +610,7 @@ def test_webhooks_create_list_rotate_delete(api):
     pytest.param({"target_queue": "elsewhere"}, 403, "forbidden", id="queue-not-allowed"),
     pytest.param({"source_type": "gitea"}, 403, "forbidden_source_type", id="source-not-allowed"),
     pytest.param({"endpoint": "no-such-endpoint"}, 404, "not_found", id="unknown-endpoint"),
-    pytest.param({"endpoint": None}, 400, "invalid_argument", id="no-endpoint"),
+    pytest.param({"endpoint": None}, 422, "validation_failed", id="no-endpoint"),
 ])
 def test_create_webhook_refusals(api, change, status, code):
     endpoint = vend(api, source_types=["github", "generic"], webhook_queues=["inbox"])
@@ -669,8 +673,8 @@ def _rule(rule_id: str, expr: str = "true", action: dict | None = None) -> dict:
     pytest.param({"rules": [_rule("x", action={"queue": "other", "endpoints": [f"ep_{'0' * 32}"]})]}, 403,
                  "forbidden", id="forbidden-endpoint"),
     pytest.param({"rules": [_rule("x", action={"queue": "quarantine"})]}, 400, "invalid_rule", id="quarantine"),
-    pytest.param({"rules": "true"}, 400, "invalid_argument", id="rules-not-a-list"),
-    pytest.param({"default_action": {"queue": "other"}}, 400, "invalid_argument", id="no-rules"),
+    pytest.param({"rules": "true"}, 422, "validation_failed", id="rules-not-a-list"),
+    pytest.param({"default_action": {"queue": "other"}}, 422, "validation_failed", id="no-rules"),
 ])
 def test_every_refused_rule_save_keeps_the_saved_rules(api, document, status, code):
     endpoint = vend(api)
@@ -678,7 +682,7 @@ def test_every_refused_rule_save_keeps_the_saved_rules(api, document, status, co
     path = f"/webhooks/{hook['webhook_id']}/rules"
     saved = ok(api.put(path, {"rules": [_rule("keep", '.payload.keep == true')], "params": {"p": 1}}))
     message = refused(api.put(path, document), status, code)
-    if code not in ("invalid_argument", "invalid_params", "too_many_rules"):
+    if code not in ("invalid_argument", "invalid_params", "too_many_rules", "validation_failed"):
         assert "rule 0" in message or "rule 1" in message, message  # the error names the rule
     assert ok(api.get(path)) == saved
 
@@ -724,7 +728,7 @@ def test_rules_test_takes_exactly_one_of_payload_or_event_id(api):
     refused(api.post(path, {"payload": {}, "rules": {"rules": [{"expr": "true", "action": {"drop": True}}]}}),
             400, "invalid_rule")  # candidate rules must carry ids
     refused(api.post(path, {"payload": {}, "rules": {"rules": [_rule("x", "$ENV")]}}), 400, "forbidden_function")
-    refused(api.post(path, {"payload": {}, "headers": {"x": 1}}), 400, "invalid_argument")
+    refused(api.post(path, {"payload": {}, "headers": {"x": 1}}), 422, "validation_failed")
     refused(api.post(path, {"event_id": f"ev_{uuid.uuid4().hex}"}), 404, "not_found")
     refused(api.post(path, {"event_id": "nonsense"}), 404, "not_found")
     # saved rules are unchanged by a dry run
@@ -747,7 +751,7 @@ def test_rules_replay_compares_candidate_with_saved_rules(api):
 
     for last in (0, -1, 100_001):
         refused(api.post(path, {"rules": candidate, "last": last}), 400, "invalid_argument")
-    refused(api.post(path, {}), 400, "invalid_argument")
+    refused(api.post(path, {}), 422, "validation_failed")
     refused(api.post(path, {"rules": {"rules": [_rule("x", "(((")]}}), 400, "invalid_expression")
     refused(api.post(path, {"rules": {"rules": [{"expr": "true", "action": {"drop": True}}]}}), 400, "invalid_rule")
     assert ok(api.get(f"/webhooks/{hook['webhook_id']}/rules"))["rules"] == []  # nothing saved
@@ -784,7 +788,7 @@ def test_events_list_and_get(api):
 
     for limit in (0, 201, -5):
         refused(api.get("/events", params={"limit": limit}), 400, "invalid_argument")
-    refused(api.get("/events", params={"limit": "many"}), 400, "invalid_argument")
+    refused(api.get("/events", params={"limit": "many"}), 422, "validation_failed")
     for cursor in ("not-a-position", "-1", "9" * 19, "1" * 20):
         refused(api.get("/events", params={"cursor": cursor}), 400, "invalid_argument")
     for unknown in (f"ev_{uuid.uuid4().hex}", "ev_nothex", "nothing"):

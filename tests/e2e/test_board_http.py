@@ -564,3 +564,34 @@ def test_the_board_on_postgresql(pg_url, tmp_path):
         browser.close()
         code = server.stop()
     assert code == 0 and "Traceback" not in server.stderr(), server.output()
+
+
+def test_a_garbled_session_cookie_is_no_session_not_an_error(server):
+    """A cookie someone else set (non-ASCII, forged, truncated) must not lock operators out."""
+    for value in ("eyJvcCI6ImFkbWluIn0.\u00e9", "eyJvcCI6ImFkbWluIn0.x", "no-dot", "a" * 5000):
+        with httpx.Client(base_url=server.base, follow_redirects=False, timeout=10) as http:
+            headers = {"cookie": f"sb_session={value}".encode("utf-8")}
+            assert http.get("/todos", headers=headers).status_code == 303
+            assert http.get("/login", headers=headers).status_code == 200
+            assert http.get("/api/v1/todos", headers=headers).status_code == 401
+    assert "Traceback" not in server.stderr()
+
+
+def test_failed_sign_ins_are_throttled_per_address(tmp_path):
+    data_dir = tmp_path / "throttle"
+    data_dir.mkdir()
+    throttled = Server(data_dir, data_dir, url=f"sqlite:///{data_dir}/switchboard.db").start()
+    try:
+        throttled.wait_healthy()
+        password = (data_dir / "admin-password").read_text().strip()
+        browser = Browser(throttled.base)
+        for _ in range(10):
+            answer = browser.http.post("/login", data={"_csrf": browser.login_form(), "name": "admin",
+                                                       "password": "not-the-password"})
+            assert answer.status_code == 401
+        answer = browser.http.post("/login", data={"_csrf": browser.login_form(), "name": "admin", "password": password})
+        assert answer.status_code == 429 and "too many failed sign-ins" in answer.text
+        assert browser.get("/todos").status_code == 303  # not signed in, even with the right password
+        browser.close()
+    finally:
+        throttled.stop()
