@@ -37,27 +37,23 @@ class TokenBuckets:
 
     def take(self, client: str) -> float:
         """0 when admitted, else the seconds until a token is available."""
+        return self._use(client, take=True)
+
+    def wait(self, client: str) -> float:
+        """Like `take`, without taking: 0 when a token is there, else the seconds until one is."""
+        return self._use(client, take=False)
+
+    def _use(self, client: str, *, take: bool) -> float:
         if self.rate <= 0:
             return 0.0
         now = self._clock()
         with self._lock:
             tokens, stamp = self._buckets.get(client, (float(self.burst), now))
             tokens = min(float(self.burst), tokens + (now - stamp) * self.rate)
-            if tokens >= 1.0:
-                self._remember(client, tokens - 1.0, now)
-                return 0.0
-            self._remember(client, tokens, now)
-            return (1.0 - tokens) / self.rate
-
-    def wait(self, client: str) -> float:
-        """Like `take`, without taking: 0 when a token is there, else the seconds until one is."""
-        if self.rate <= 0:
-            return 0.0
-        now = self._clock()
-        with self._lock:
-            tokens, stamp = self._buckets.get(client, (float(self.burst), now))
-        tokens = min(float(self.burst), tokens + (now - stamp) * self.rate)
-        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.rate
+            admitted = tokens >= 1.0
+            if take:
+                self._remember(client, tokens - 1.0 if admitted else tokens, now)
+            return 0.0 if admitted else (1.0 - tokens) / self.rate
 
     def _remember(self, client: str, tokens: float, now: float) -> None:
         if len(self._buckets) >= self._max_clients and client not in self._buckets:
