@@ -242,7 +242,9 @@ class Todo(Aggregate):
         return self.state in (PENDING, CLAIMED) or (self.state == FAILED and not self.dead_letter)
 
     def is_claimable(self, now: datetime) -> bool:
-        """Pending, or failed with its retry due."""
+        """Pending, or failed with its retry due — and not in quarantine, which nobody claims."""
+        if self.queue == QUARANTINE:
+            return False
         if self.state == PENDING:
             return True
         return (

@@ -16,12 +16,15 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from domain.errors import Conflict, InvalidArgument
 from domain.todo import (
+    QUARANTINE,
     LeaseExpired,
     LeaseRenewed,
     Todo,
     TodoClaimed,
     TodoCompleted,
+    TodoDiscarded,
     TodoFailed,
+    TodoMoved,
     TodoReleased,
     TodoRequeued,
     effective_lease,
@@ -47,6 +50,7 @@ class Model:
     """What a todo should be, written from the contract, not from the aggregate."""
 
     state: str = "pending"
+    queue: str = "work"
     holder: str | None = None
     token: str | None = None
     lease_until: datetime | None = None
@@ -58,6 +62,8 @@ class Model:
     outcomes: list[str] = field(default_factory=list)
 
     def claimable(self, now: datetime) -> bool:
+        if self.queue == "quarantine":  # nobody claims a quarantined todo: release or discard it
+            return False
         return self.state == "pending" or (
             self.state == "failed" and not self.dead and self.retry_at is not None and self.retry_at <= now
         )
@@ -102,15 +108,16 @@ class TodoLifecycle(RuleBasedStateMachine):
         self.histories: list[list] = []
         self.tokens_issued = 0
 
-    @initialize(count=st.integers(min_value=1, max_value=3))
-    def open_todos(self, count: int) -> None:
+    @initialize(count=st.integers(min_value=1, max_value=3), quarantined=st.integers(min_value=0, max_value=4))
+    def open_todos(self, count: int, quarantined: int) -> None:
         for n in range(count):
+            queue = "quarantine" if n == quarantined else "work"  # a faulted delivery's todo, at times
             todo = Todo.open(
-                id=UUID(int=n + 1), now=self.now, actor=OPERATOR, endpoint_id="ep_1", queue="work",
+                id=UUID(int=n + 1), now=self.now, actor=OPERATOR, endpoint_id="ep_1", queue=queue,
                 source="operator", title=f"todo {n}", trust_mode="operator",
             )
             self.todos.append(todo)
-            self.models.append(Model())
+            self.models.append(Model(queue=queue))
             self.histories.append(todo.collect_events())
 
     # -- driving helpers
@@ -305,13 +312,37 @@ class TodoLifecycle(RuleBasedStateMachine):
         assert event.fresh_budget is True
         model.state, model.retry_at, model.dead, model.attempt = "pending", None, False, 0
 
+    @rule(index=todo_index, queue=st.sampled_from(["work", "other", QUARANTINE]))
+    def release_from_quarantine(self, index, queue) -> None:
+        todo, model, history = self.pick(index, lambda m: m.queue == "quarantine")
+        command = lambda: todo.move_from_quarantine(now=self.now, actor=OPERATOR, queue=queue)  # noqa: E731
+        if model.queue != "quarantine" or model.state != "pending":
+            self.refused(todo, history, command)
+            return
+        if queue == QUARANTINE:
+            self.refused(todo, history, command, InvalidArgument)
+            return
+        event = self.accepted(todo, model, history, command, TodoMoved)
+        assert (event.from_queue, event.queue) == (QUARANTINE, queue)
+        model.queue = queue
+
+    @rule(index=todo_index)
+    def discard_from_quarantine(self, index) -> None:
+        todo, model, history = self.pick(index, lambda m: m.queue == "quarantine")
+        command = lambda: todo.discard(now=self.now, actor=OPERATOR, summary="noise")  # noqa: E731
+        if model.queue != "quarantine" or model.state not in ("pending", "failed"):
+            self.refused(todo, history, command)
+            return
+        self.accepted(todo, model, history, command, TodoDiscarded)
+        model.state, model.retry_at, model.dead = "done", None, False
+
     @rule(index=todo_index, fenced=st.booleans())
     def bring_a_todo_to_its_last_attempt(self, index, fenced) -> None:
         """Spends the budget but one in a single step and claims the last attempt, so the
         random commands that follow often decide a 5th attempt."""
         index %= len(self.todos)
         _, model, _ = self.pick(index)
-        if model.state != "pending":
+        if model.state != "pending" or model.queue == "quarantine":
             return
         while model.attempt < BUDGET - 1:
             self.claim(index, HOLDERS[0], False, 60, None)
@@ -370,6 +401,7 @@ class TodoLifecycle(RuleBasedStateMachine):
     def the_model_and_the_aggregate_agree(self) -> None:
         for todo, model in zip(self.todos, self.models):
             assert todo.state == model.state
+            assert todo.queue == model.queue
             assert todo.holder == model.holder
             assert todo.lease_expires_at == model.lease_until
             assert todo.next_retry_at == model.retry_at
