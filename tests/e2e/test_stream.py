@@ -198,3 +198,51 @@ def test_an_operator_streams_only_its_own_todos_and_agents_cannot_stream(stack):
         assert refused.status == 401
     bad = httpx.get(f"{server.base}/api/v1/stream", headers=headers | {"Last-Event-ID": "ten"}, timeout=5)
     assert (bad.status_code, bad.json()["code"]) == (400, "invalid_argument")
+
+
+@pytest.mark.postgres
+def test_two_servers_share_one_board_session_and_one_feed(pg_url, tmp_path):
+    """Behind a balancer: a session signed in on one server works on the other (same secret key),
+    and a stream on one carries what the other writes, within a second, resumable on either."""
+    key = "k" * 64
+    servers = []
+    for name in ("first", "second"):
+        logs = tmp_path / name
+        logs.mkdir()
+        servers.append(Server(tmp_path, logs, url=pg_url, name=name, SWITCHBOARD_SECRET_KEY=key).start())
+    first, second = servers
+    try:
+        first.wait_healthy()
+        second.wait_healthy()
+        password = (tmp_path / "admin-password").read_text().strip()
+        with httpx.Client(base_url=first.base, timeout=10) as board:
+            form = board.get("/login").text
+            csrf = form.split('name="_csrf" value="', 1)[1].split('"', 1)[0]
+            assert board.post("/login", data={"_csrf": csrf, "name": "admin", "password": password},
+                              follow_redirects=False).status_code == 303
+            cookie = board.cookies["sb_session"]
+            page = board.get("/todos").text
+            token = page.split('name="_csrf" value="', 1)[1].split('"', 1)[0]
+        session = {"Cookie": f"sb_session={cookie}"}
+        # the session signed by the first server opens the second's API (with its CSRF token)
+        answer = httpx.post(f"{second.base}/api/v1/endpoints", json={"agent": "shared", "queues": ["work"]},
+                            headers=session | {"X-CSRF-Token": token}, timeout=10)
+        assert answer.status_code == 201, answer.text
+        slug = answer.json()["slug"]
+
+        stream = Stream(first.base, session)
+        sent = time.monotonic()
+        todo = httpx.post(f"{second.base}/api/v1/endpoints/{slug}/todos", json={"title": "elsewhere"},
+                          headers=session | {"X-CSRF-Token": token}, timeout=10).json()["todo"]["id"]
+        stream.wait_for(lambda events: [e["todo_id"] for e in events] == [todo], timeout=1.0)
+        assert stream.events[0][0] - sent < 1.0
+        stream.close()
+
+        last = stream.events[0][1]["position"]
+        httpx.post(f"{first.base}/api/v1/todos/{todo}/claim", headers=session | {"X-CSRF-Token": token}, timeout=10)
+        resumed = Stream(second.base, session | {"Last-Event-ID": str(last)})  # reconnect to the other one
+        resumed.wait_for(lambda events: [e["type"] for e in events] == ["TodoClaimed"], timeout=2.0)
+        resumed.close()
+    finally:
+        for server in servers:
+            server.stop()
