@@ -5,6 +5,11 @@ Nothing connects at import time; `build()` connects, `Background` starts the thr
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass, field
 
@@ -25,6 +30,8 @@ from interfaces.store.projector import Projector
 from interfaces.store.views import SqlViews
 from projections import all_projections
 
+
+log = logging.getLogger("switchboard.background")
 
 # Events that set, move or clear a lease or retry timer: only they wake the scheduler.
 TIMER_EVENTS = (TodoClaimed, LeaseRenewed, TodoFailed, TodoCompleted, TodoReleased, LeaseExpired, TodoRequeued)
@@ -60,33 +67,103 @@ def build(settings: Settings, *, clock: Clock | None = None) -> Container:
 
 @dataclass
 class Background:
-    """The threads `serve` runs beside the HTTP server."""
+    """The work `serve` runs beside the HTTP server: the timer scheduler (a thread) and the
+    projection catch-up — in a child process (`projector_process`), or a thread when
+    `projector_process=False` (tests that drive a container without `serve`)."""
 
     container: Container
+    projector_process: bool = False
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
 
     def start(self) -> Background:
         c = self.container
         scheduler = TimerScheduler(c.app, c.views, c.clock)
-        projections = ProjectionWorker(c.projector.catch_up)
+        self.workers: tuple = (scheduler,)
+        if self.projector_process:
+            self.projector = ProjectorProcess(c.settings).start()
+            wake_projections = self.projector.wake
+            self._spawn("projector", self.projector.supervise)
+        else:
+            projections = ProjectionWorker(c.projector.catch_up)
+            wake_projections = projections.wake.set
+            self.workers = (scheduler, projections)
+            self._spawn("projections", projections.run)
 
         def on_commit(recorded) -> None:
-            projections.wake.set()
+            wake_projections()
             if any(isinstance(r.event, TIMER_EVENTS) for r in recorded):
                 scheduler.wake.set()
 
         c.store.subscribe(on_commit)
-        for name, worker in (("scheduler", scheduler), ("projections", projections)):
-            thread = threading.Thread(target=worker.run, args=(self.stop,), name=f"switchboard-{name}", daemon=True)
-            thread.start()
-            self.threads.append(thread)
-        self.workers = (scheduler, projections)
+        self._spawn("scheduler", scheduler.run)
         return self
+
+    def _spawn(self, name: str, run) -> None:
+        thread = threading.Thread(target=run, args=(self.stop,), name=f"switchboard-{name}", daemon=True)
+        thread.start()
+        self.threads.append(thread)
 
     def close(self) -> None:
         self.stop.set()
-        for worker in getattr(self, "workers", ()):
+        for worker in self.workers:
             worker.wake.set()
+        if self.projector_process:
+            self.projector.close()
         for thread in self.threads:
             thread.join(timeout=5)
+
+
+class ProjectorProcess:
+    """The child process that catches the tracked projections up (interfaces/projector_process.py).
+
+    Woken by a byte on its stdin per local commit (never blocking this side: a full pipe already
+    means a wake-up is pending); restarted if it dies; its stdin closed, it exits.
+    """
+
+    RESTART_DELAY = 1.0
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.proc: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> ProjectorProcess:
+        env = dict(os.environ, SWITCHBOARD_DATABASE_URL=self.settings.database_url,
+                   SWITCHBOARD_DATA_DIR=self.settings.data_dir)
+        proc = subprocess.Popen([sys.executable, "-m", "interfaces.projector_process"], stdin=subprocess.PIPE, env=env)
+        os.set_blocking(proc.stdin.fileno(), False)
+        with self._lock:
+            self.proc = proc
+        return self
+
+    def wake(self) -> None:
+        with self._lock:
+            proc = self.proc
+        if proc is None or proc.stdin is None:
+            return
+        try:
+            os.write(proc.stdin.fileno(), b".")
+        except (BlockingIOError, BrokenPipeError, OSError, ValueError):
+            pass  # a full pipe: it will wake anyway; a dead child: `supervise` restarts it
+
+    def supervise(self, stop: threading.Event) -> None:
+        while not stop.wait(self.RESTART_DELAY):
+            with self._lock:
+                proc = self.proc
+            if proc is not None and proc.poll() is not None:
+                log.warning("projector process exited with %s; starting another", proc.returncode)
+                self.start()
+
+    def close(self) -> None:
+        with self._lock:
+            proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -53,7 +53,7 @@ def serve(settings: Settings) -> int:
             path = Path(settings.data_dir) / "admin-password"
             write_private(path, password + "\n")
             print(f"created operator admin with password: {password}  (also in {path}, mode 0600)", flush=True)
-        background = Background(container).start()
+        background = Background(container, projector_process=True).start()
         from interfaces.http.app import create_app
 
         def announce() -> None:

@@ -5,14 +5,16 @@ from __future__ import annotations
 import re
 import signal
 import socket
+import sqlite3
 import stat
 import time
 
+import httpx
 import psycopg
 import pytest
 
 from interfaces.version import VERSION
-from tests.e2e._support import UNREACHABLE_PG, Server, http_get, run_serve
+from tests.e2e._support import UNREACHABLE_PG, Cli, Server, http_get, run_serve
 
 PASSWORD_LINE = re.compile(r"^created operator admin with password: (\S+)", re.M)
 
@@ -116,3 +118,64 @@ def test_port_in_use(tmp_path):
     assert result.returncode == 1, result
     assert "Traceback" not in result.stderr, result.stderr
     assert "address already in use" in result.stderr.lower() or "errno 98" in result.stderr.lower(), result.stderr
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False
+
+
+def _projector_of(server: Server, timeout: float = 10) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in _children(server.proc.pid):
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                if b"interfaces.projector_process" in f.read():
+                    return child
+        time.sleep(0.05)
+    raise AssertionError("serve started no projector process")
+
+
+def _tracked_behind(url: str) -> dict[str, int]:
+    """Each tracked read model's distance from the log's head, read straight from the database."""
+    path = url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as db:
+        (head,), = db.execute("SELECT max(rowid) FROM stored_events")
+        return {name: head - position for name, position in db.execute("SELECT name, position FROM sb_tracking")}
+
+
+def test_the_projector_process_keeps_read_models_current_and_ends_with_serve(tmp_path):
+    """Read models are caught up by serve's projector child, with no reader asking; the child ends
+    with serve, on SIGTERM as on SIGKILL (it notices its stdin close)."""
+    url = f"sqlite:///{tmp_path}/switchboard.db"
+    for stop in (signal.SIGTERM, signal.SIGKILL):
+        server = Server(tmp_path, tmp_path, url=url, name=f"serve-{stop.name}").start()
+        try:
+            server.wait_healthy()
+            projector = _projector_of(server)
+            token = Cli(url, tmp_path).json("operator", "token", "admin")["token"]
+            headers = {"Authorization": f"Bearer {token}"}
+            slug = httpx.post(f"{server.base}/api/v1/endpoints", json={"agent": "p", "queues": ["q"]},
+                              headers=headers, timeout=10).json()["slug"]
+            for i in range(20):  # written by the server, which itself never catches up here
+                httpx.post(f"{server.base}/api/v1/endpoints/{slug}/todos", json={"title": f"t{i}"},
+                           headers=headers, timeout=10)
+            deadline = time.monotonic() + 2
+            while any(_tracked_behind(url).values()) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert not any(_tracked_behind(url).values()), _tracked_behind(url)
+        finally:
+            server.stop(stop)
+        deadline = time.monotonic() + 5
+        while _alive(projector) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(projector), f"projector {projector} outlived serve ({stop.name})"
+        assert "Traceback" not in server.stderr(), server.output()

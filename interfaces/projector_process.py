@@ -1,0 +1,61 @@
+"""The projection catch-up of `switchboard serve`, in a process of its own (docs/adr/0006).
+
+Catching the tracked read models up is CPU work in Python (decode each event, build its rows);
+in the serving process it competed for the GIL with HTTP and ingest. Here it runs beside it:
+`serve` starts this module with the settings in the environment and writes a byte to its stdin
+after each local commit (a wake-up, like the in-process worker's event); the worker also looks at
+least once a second for what other processes committed. End of stdin — `serve` stopping, or
+dying even by SIGKILL — ends this process. Tracking rows are locked while a page is applied, so
+this process, other servers and readers catching up for themselves never apply an event twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+
+from application.background import ProjectionWorker
+from application.errors import ConfigurationError, StoreUnavailable
+from application.ports import SystemClock
+from interfaces.settings import Settings
+from interfaces.store.database import DatabaseUrl
+from interfaces.store.eventstore import SqlEventStore
+from interfaces.store.projector import Projector
+from projections import all_projections
+
+
+def _follow_parent(wake: threading.Event, stop: threading.Event) -> None:
+    """Each byte on stdin is a wake-up; end of file means the parent is gone."""
+    while True:
+        try:
+            data = sys.stdin.buffer.read1(4096)
+        except (OSError, ValueError):
+            data = b""
+        if not data:
+            stop.set()
+            wake.set()
+            return
+        wake.set()
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = Settings.from_env()
+        store = SqlEventStore(DatabaseUrl.parse(settings.database_url), SystemClock(), all_projections()).open()
+    except (ConfigurationError, StoreUnavailable) as error:
+        print(f"switchboard projector: {error}", file=sys.stderr)
+        return 1
+    worker = ProjectionWorker(Projector(store).catch_up)
+    stop = threading.Event()
+    threading.Thread(target=_follow_parent, args=(worker.wake, stop), name="parent", daemon=True).start()
+    try:
+        worker.run(stop)
+    finally:
+        store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
