@@ -82,8 +82,19 @@ class Databases:
                 print(f"  ! could not drop {name}: {error}", file=sys.stderr)
 
 
-def log(message: str) -> None:
+def log(message: str = "") -> None:
     print(message, flush=True)
+
+
+PG_SETTINGS = ("synchronous_commit", "fsync", "wal_sync_method", "commit_delay", "shared_buffers", "server_version",
+               "autovacuum")
+
+
+def pg_settings(url: str) -> dict[str, str]:
+    """The PostgreSQL settings that move the figures, to print beside them."""
+    with psycopg.connect(url) as conn:
+        return dict(conn.execute("SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
+                                 (list(PG_SETTINGS),)).fetchall())
 
 
 def run_threads(count: int, target: Callable[[int, threading.Barrier], int]) -> tuple[float, list[int], list[BaseException]]:
@@ -358,12 +369,7 @@ def main() -> int:
     total_started = time.perf_counter()
     log(f"claim/complete bench: {args.todos} todos, {args.workers} workers, {args.rounds} round(s), "
         f"PostgreSQL via {args.pg_url}, run id {dbs.run_id}")
-    with psycopg.connect(args.pg_url) as conn:
-        settings = dict(conn.execute(
-            "SELECT name, setting FROM pg_settings WHERE name IN"
-            " ('synchronous_commit', 'fsync', 'wal_sync_method', 'commit_delay', 'shared_buffers', 'server_version',"
-            " 'autovacuum')"
-        ).fetchall())
+    settings = pg_settings(args.pg_url)
     log("server: " + ", ".join(f"{k}={v}" for k, v in sorted(settings.items())))
     log("machine: %d cores, load average %.2f %.2f %.2f (other work on the machine skews every figure)"
         % (os.cpu_count() or 0, *os.getloadavg()))

@@ -58,7 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from application.service import Caller  # noqa: E402
-from bench.claim_complete import Databases  # noqa: E402
+from bench.claim_complete import Databases, log, pg_settings  # noqa: E402
 from interfaces.bootstrap import build  # noqa: E402
 from interfaces.settings import Settings  # noqa: E402
 from tests.fixtures import fixture, sign  # noqa: E402
@@ -90,10 +90,6 @@ async def healthz() -> str:
 
 app = Litestar(route_handlers=[ingest, healthz], openapi_config=None)
 '''
-
-
-def log(message: str = "") -> None:
-    print(message, flush=True)
 
 
 # -- processes ---------------------------------------------------------------------------
@@ -159,11 +155,11 @@ class Server:
         tree, grew = {self.proc.pid}, True
         while grew:
             grew = False
-            for pid, ppid, _ in processes:
+            for pid, ppid, _, _ in processes:
                 if ppid in tree and pid not in tree:
                     tree.add(pid)
                     grew = True
-        return sum(cpu for pid, _, cpu in processes if pid in tree)
+        return sum(cpu for pid, _, cpu, _ in processes if pid in tree)
 
     def stop(self) -> None:
         proc = self.proc
@@ -182,8 +178,8 @@ class Server:
             pass
 
 
-def _processes() -> list[tuple[int, int, float]]:
-    """(pid, parent pid, user + system CPU seconds) of every process, with its name."""
+def _processes() -> list[tuple[int, int, float, str]]:
+    """(pid, parent pid, user + system CPU seconds, name) of every process."""
     tick, found = os.sysconf("SC_CLK_TCK"), []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -192,25 +188,14 @@ def _processes() -> list[tuple[int, int, float]]:
             stat = Path(entry.path, "stat").read_text()
         except OSError:
             continue
-        rest = stat[stat.rfind(")") + 2:].split()
-        found.append((int(entry.name), int(rest[1]), (int(rest[11]) + int(rest[12])) / tick))
+        name, rest = stat[stat.find("(") + 1:stat.rfind(")")], stat[stat.rfind(")") + 2:].split()
+        found.append((int(entry.name), int(rest[1]), (int(rest[11]) + int(rest[12])) / tick, name))
     return found
 
 
 def postgres_cpu() -> dict[int, float]:
     """CPU seconds of each `postgres` process of this machine (the whole cluster), by pid."""
-    tick, found = os.sysconf("SC_CLK_TCK"), {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        name, rest = stat[stat.find("(") + 1:stat.rfind(")")], stat[stat.rfind(")") + 2:].split()
-        if name == "postgres" or name.startswith("postgres:"):
-            found[int(entry.name)] = (int(rest[11]) + int(rest[12])) / tick
-    return found
+    return {pid: cpu for pid, _, cpu, name in _processes() if name == "postgres" or name.startswith("postgres:")}
 
 
 def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
@@ -727,11 +712,7 @@ def main() -> int:
     log(f"ingest bench: {args.senders} senders, keep-alive http.client; body {FIXTURE} ({len(body)} bytes),"
         f" unique X-GitHub-Delivery each; {args.warmup:g}s warm-up + {args.seconds:g}s measured per run;"
         f" {args.rounds} round(s); run id {dbs.run_id}")
-    with psycopg.connect(args.pg_url) as conn:
-        pg = dict(conn.execute(
-            "SELECT name, setting FROM pg_settings WHERE name IN"
-            " ('synchronous_commit', 'fsync', 'wal_sync_method', 'commit_delay', 'shared_buffers', 'server_version')"
-        ).fetchall())
+    pg = pg_settings(args.pg_url)
     log("postgres: " + ", ".join(f"{k}={v}" for k, v in sorted(pg.items())))
     log("machine: %d cores, load average %.2f %.2f %.2f (senders, server and PostgreSQL share them)"
         % (os.cpu_count() or 0, *os.getloadavg()))

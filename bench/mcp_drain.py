@@ -44,7 +44,6 @@ from typing import Any
 
 import anyio
 import httpx2
-import psycopg
 from mcp.client import Client, ClientExtension, NotificationBinding
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import BaseModel
@@ -53,7 +52,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from application.service import Caller  # noqa: E402
-from bench.claim_complete import Databases, drain, make_container, push_todos, setup_endpoint  # noqa: E402
+from bench.claim_complete import (  # noqa: E402
+    Databases, drain, log, make_container, pg_settings, push_todos, setup_endpoint,
+)
 from bench.ingest import Server, cpu_delta, percentile, postgres_cpu, switchboard_server  # noqa: E402
 from interfaces.bootstrap import build  # noqa: E402
 from interfaces.settings import Settings  # noqa: E402
@@ -63,10 +64,6 @@ ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 CHANNEL = "notifications/claude/channel"
 FIXTURE = "github_issues_opened.json"
 PUSH_THREADS = 8
-
-
-def log(message: str = "") -> None:
-    print(message, flush=True)
 
 
 # -- MCP client pieces -------------------------------------------------------------------
@@ -325,10 +322,7 @@ def main() -> int:
     total_started = time.perf_counter()
     log(f"mcp drain bench: {args.todos} todos, {args.sessions} sessions/threads; doorbell {args.rate:g}/s for"
         f" {args.seconds:g}s; run id {dbs.run_id}")
-    with psycopg.connect(args.pg_url) as conn:
-        pg = dict(conn.execute(
-            "SELECT name, setting FROM pg_settings WHERE name IN"
-            " ('synchronous_commit', 'fsync', 'commit_delay', 'shared_buffers', 'server_version')").fetchall())
+    pg = pg_settings(args.pg_url)
     log("postgres: " + ", ".join(f"{k}={v}" for k, v in sorted(pg.items())))
     log("machine: %d cores, load average %.2f %.2f %.2f (clients, server and PostgreSQL share them)"
         % (os.cpu_count() or 0, *os.getloadavg()))
