@@ -198,13 +198,14 @@ class TransitionFeed:
             self._todos.popitem(last=False)
 
     def _learn_missing(self, records: list[Any]) -> None:
-        """Todos opened before this process saw them: look their endpoint and queue up once."""
+        """Todos opened before this process saw them: their endpoint and queue, in one read per page."""
         opened = {r.event.originator_id for r in records if isinstance(r.event, TodoOpened)}
-        for r in records:
-            todo_uuid = r.event.originator_id
-            if isinstance(r.event, EndpointVended) or todo_uuid in opened or todo_uuid in self._todos:
-                continue
-            todo = self.store.load(Todo, todo_uuid)
+        missing = {
+            r.event.originator_id for r in records
+            if not isinstance(r.event, EndpointVended) and r.event.originator_id not in opened
+            and r.event.originator_id not in self._todos
+        }
+        for todo_uuid, todo in self.store.load_many([(Todo, m) for m in missing]).items():
             if todo is not None:
                 self._remember(todo_uuid, todo.endpoint_id, todo.queue)
 

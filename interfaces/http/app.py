@@ -22,7 +22,8 @@ from interfaces.http.api import api_router
 from interfaces.http.auth import BoardRedirect, SessionCodec, add_security_headers
 from interfaces.http.board import board_routes
 from interfaces.http.errors import EXCEPTION_HANDLERS
-from interfaces.http.ingest import TokenBuckets, ingest_route
+from interfaces.http.ingest import ingest_route
+from interfaces.http.ratelimit import TokenBuckets
 from interfaces.http.metrics import metrics_route
 from interfaces.mcp import McpGateway, Services, mcp_route
 from interfaces.mcp.doorbell import Doorbell

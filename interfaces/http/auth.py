@@ -17,7 +17,6 @@ import json
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import anyio.to_thread
 from litestar import Request
@@ -183,7 +182,3 @@ async def add_security_headers(message: Message, scope: Scope) -> None:
         else:
             message["headers"] = [*headers, *((n, v) for n, v in SECURITY_HEADERS if n not in present)]
 
-
-def client_ip(scope: dict[str, Any]) -> str:
-    client = scope.get("client")
-    return client[0] if client else "?"

@@ -34,11 +34,11 @@ from domain.names import QUARANTINE
 from domain.todo import MAX_ATTEMPTS, STATES
 from interfaces.bootstrap import Container
 from interfaces.http.auth import (
-    CSRF_FIELD, CSRF_HEADER, Session, SessionCodec, board_guard, caller_of, client_ip, csrf_ok,
+    CSRF_FIELD, CSRF_HEADER, Session, SessionCodec, board_guard, caller_of, csrf_ok,
     session_of,
 )
 from interfaces.http.errors import STATUS_BY_CODE
-from interfaces.http.ingest import TokenBuckets
+from interfaces.http.ratelimit import TokenBuckets
 
 TEMPLATES = Path(__file__).parent / "templates"
 PARTIAL_HEADER = "x-board-partial"
@@ -324,7 +324,7 @@ def board_routes(container: Container) -> list:
             return login_page(request, None, next_path=next_path, status=403,
                               error="This sign-in form has expired or was not sent by the board: try again.")
         name, password = _text(data, "name"), str((data or {}).get("password") or "")
-        client = client_ip(request.scope)
+        client = request.client.host if request.client else "unknown"  # as the ingest rate limit keys it
         wait = failed_logins.wait(client)
         if wait > 0:
             return login_page(request, session, next_path=next_path, status=429, name=name[:64],

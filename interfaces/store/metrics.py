@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from domain.todo import STATES
 from interfaces.store.database import Database
 from interfaces.store.projector import Projector
+from interfaces.store.views import queue_counts_sql
 
 # The todo states of CONTRACT §6: a dead letter is `failed` (with no retry left), counted apart too.
 QUEUE_STATES = STATES
@@ -39,18 +40,18 @@ class SqlMetrics:
         lag = self.projector.lag()
         self.projector.catch_up()
         with self.db.transaction(write=False, snapshot=True) as tx:
-            grouped = tx.execute(
-                "SELECT queue, state, dead_letter, count(*) FROM sb_todo_rows GROUP BY queue, state, dead_letter"
-            )
-            oldest = tx.execute("SELECT queue, min(created_at) FROM sb_todo_rows WHERE state = 'pending' GROUP BY queue")
+            grouped = tx.execute(queue_counts_sql())
             counted = tx.execute("SELECT metric, a, b, total FROM sb_counters")
         todos: dict[tuple[str, str], int] = {}
         dead: dict[str, int] = {}
-        for queue, state, dead_letter, count in grouped:
+        oldest: dict[str, int] = {}
+        for queue, state, dead_letter, count, created_at in grouped:
             todos[(queue, state)] = todos.get((queue, state), 0) + count
             if dead_letter:
                 dead[queue] = dead.get(queue, 0) + count
+            if state == "pending":
+                oldest[queue] = min(created_at, oldest.get(queue, created_at))
         counters: dict[str, dict[tuple[str, str], int]] = {}
         for metric, a, b, total in counted:
             counters.setdefault(metric, {})[(a, b)] = total
-        return MetricsSnapshot(todos, dead, {queue: at for queue, at in oldest}, counters, lag)
+        return MetricsSnapshot(todos, dead, oldest, counters, lag)

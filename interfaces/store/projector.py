@@ -4,7 +4,7 @@ A catch-up applies a page of events and moves the projection's tracking row in O
 transaction. The tracking row is locked (`FOR UPDATE` on PostgreSQL; SQLite write
 transactions are serial), so two processes catching up the same projection apply each
 event once. Tailing by position is safe because the PostgreSQL recorder appends under a
-table lock: positions become visible in commit order (docs/adr/0002).
+table lock: positions become visible in commit order (docs/adr/0001).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """eventsourcing's application recorders, extended to write the inline read models.
 
 The claimable queue and the due timers are written in the same transaction as the events
-(docs/adr/0002-event-store-and-ordering.md): when a command returns, `claim_next` and the
+(docs/adr/0001-event-store-and-ordering.md): when a command returns, `claim_next` and the
 reaper already see its effect. Only SQL runs inside the hook; every op was computed (and
 validated) before the transaction began, because on PostgreSQL a Python exception raised
 after the INSERT would not roll the transaction back.

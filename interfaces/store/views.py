@@ -27,6 +27,12 @@ def _row(values: Sequence[Any]) -> dict[str, Any]:
     }
 
 
+def queue_counts_sql(where: str = "") -> str:
+    """Todos per queue, state and dead-letter flag, with the oldest creation time of each group."""
+    return (f"SELECT queue, state, dead_letter, count(*), min(created_at) FROM sb_todo_rows{where}"
+            " GROUP BY queue, state, dead_letter ORDER BY queue, state")
+
+
 class SqlViews:
     """Reads the projections; `catch_up` first gives read-your-writes across processes."""
 
@@ -71,10 +77,7 @@ class SqlViews:
         if endpoint_ids is not None:
             where = f" WHERE endpoint_id IN ({', '.join(['%s'] * len(endpoint_ids))})" if endpoint_ids else " WHERE 1 = 0"
             params = list(endpoint_ids)
-        rows = self.db.query(
-            f"SELECT queue, state, dead_letter, count(*), min(created_at) FROM sb_todo_rows{where}"
-            " GROUP BY queue, state, dead_letter ORDER BY queue, state", params,
-        )
+        rows = self.db.query(queue_counts_sql(where), params)
         return [
             {"queue": q, "state": s, "dead_letter": bool(d), "count": n,
              "oldest_created_at": iso(from_micros(oldest)) if s == "pending" else None}

@@ -171,3 +171,18 @@ def test_a_resume_from_far_back_comes_in_bounded_pages(sb, monkeypatch):
         assert len(page) <= 16
     assert calls >= 2
     assert seen(found) == todo_positions(sb)
+
+
+def test_a_todo_opened_before_the_feed_looked_is_still_placed_and_owned(sb):
+    """Resuming after a todo's opening: its endpoint and queue are read from the store."""
+    vended = sb.vend()
+    todo_id = sb.push(vended)["id"]
+    opened_at = sb.container.store.max_position()
+    sb.app.claim(todo_id, caller=agent(vended))
+    feed = TransitionFeed(sb.container.store)  # a new process: it never saw the TodoOpened
+
+    found, _ = drain(feed, opened_at, "admin")
+
+    assert [(t["todo_id"], t["type"], t["queue"], t["endpoint_id"]) for t in found] == [
+        (todo_id, "TodoClaimed", vended["queues"][0], vended["endpoint_id"])]
+    assert drain(feed, opened_at, "someone-else")[0] == []

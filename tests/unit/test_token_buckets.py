@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from interfaces.http.ingest import TokenBuckets
+from interfaces.http.ratelimit import TokenBuckets
 
 
 class Clock:
