@@ -148,9 +148,14 @@ class Server:
             return ""
 
     def cpu_seconds(self) -> float:
-        """User + system CPU of the server process and its live descendants (the jq rule workers)."""
+        """User + system CPU of the server process and its live descendants."""
+        return sum(self.cpu_split())
+
+    def cpu_split(self) -> tuple[float, float]:
+        """CPU seconds of the server process itself, and of its live descendants (the projector
+        process, the jq rule workers)."""
         if self.proc is None:
-            return 0.0
+            return 0.0, 0.0
         processes = _processes()
         tree, grew = {self.proc.pid}, True
         while grew:
@@ -159,7 +164,8 @@ class Server:
                 if ppid in tree and pid not in tree:
                     tree.add(pid)
                     grew = True
-        return sum(cpu for pid, _, cpu, _ in processes if pid in tree)
+        own = sum(cpu for pid, _, cpu, _ in processes if pid == self.proc.pid)
+        return own, sum(cpu for pid, _, cpu, _ in processes if pid in tree and pid != self.proc.pid)
 
     def stop(self) -> None:
         proc = self.proc
@@ -294,7 +300,8 @@ class Load:
     failures: list[str] = field(default_factory=list)
     minted: int = 0  # 202 answers in the window that said "created":1
     minted_total: int = 0  # the same over the whole run (warm-up and tail included)
-    server_cpu: float = 0.0  # share of one core
+    server_cpu: float = 0.0  # share of one core, the server and its child processes
+    children_cpu: float = 0.0  # share of one core, the server's child processes alone
     client_cpu: float = 0.0  # share of one core (this process: the sender threads)
     machine: float = 0.0  # share of all cores busy
     postgres_cpu: float = 0.0  # share of one core, all postgres processes
@@ -305,8 +312,9 @@ class Load:
         per = 1000.0 * self.seconds / self.count if self.count else 0.0
         return (f"{self.rate:8.1f} deliveries/s  p50 {self.p50 * 1000:6.2f} ms  p99 {self.p99 * 1000:6.2f} ms"
                 f"  ({self.count} in {self.seconds:.1f}s; non-202/errors {bad};"
-                f" cpu: server {self.server_cpu:.0%} postgres {self.postgres_cpu:.0%} senders {self.client_cpu:.0%}"
+                f" cpu: server {self.server_cpu:.0%} (children {self.children_cpu:.0%}) postgres {self.postgres_cpu:.0%} senders {self.client_cpu:.0%}"
                 f" machine {self.machine:.0%} of {os.cpu_count()} cores; cpu ms/delivery: server {self.server_cpu * per:.2f}"
+                f" (children {self.children_cpu * per:.2f})"
                 f" postgres {self.postgres_cpu * per:.2f} senders {self.client_cpu * per:.2f})")
 
 
@@ -379,9 +387,9 @@ def drive(label: str, server: Server, token: str, secret: str, body: bytes, *, s
     time.sleep(max(0.0, window[0] - time.perf_counter()))
     if on_window is not None:
         on_window()
-    cpu0, client0, busy0, pg0 = server.cpu_seconds(), time.process_time(), machine_busy(), postgres_cpu()
+    cpu0, client0, busy0, pg0 = server.cpu_split(), time.process_time(), machine_busy(), postgres_cpu()
     time.sleep(max(0.0, window[1] - time.perf_counter()))
-    cpu1, client1, busy1, pg1 = server.cpu_seconds(), time.process_time(), machine_busy(), postgres_cpu()
+    cpu1, client1, busy1, pg1 = server.cpu_split(), time.process_time(), machine_busy(), postgres_cpu()
     stop.set()
     for t in threads:
         t.join(timeout=60)
@@ -398,7 +406,8 @@ def drive(label: str, server: Server, token: str, secret: str, body: bytes, *, s
     result.failures = failures
     result.minted = sum(minted)
     result.minted_total = sum(minted_total)
-    result.server_cpu = (cpu1 - cpu0) / seconds
+    result.server_cpu = (sum(cpu1) - sum(cpu0)) / seconds
+    result.children_cpu = (cpu1[1] - cpu0[1]) / seconds
     result.client_cpu = (client1 - client0) / seconds
     result.postgres_cpu = cpu_delta(pg0, pg1) / seconds
     result.machine = (busy1[0] - busy0[0]) / max(1, busy1[1] - busy0[1]) if busy1[1] > busy0[1] else 0.0

@@ -284,9 +284,11 @@ class McpGateway:
             return pending.pop(0) if pending else await receive()
 
         stream_open = False
+        started = False
 
         async def watch(message: Message) -> None:
-            nonlocal stream_open
+            nonlocal stream_open, started
+            started = started or message["type"] == "http.response.start"
             if message["type"] == "http.response.start" and message["status"] == 200:
                 if method == "POST" and session_id is None:
                     opened = dict(message.get("headers", ())).get(MCP_SESSION_ID_HEADER.encode())
@@ -299,6 +301,14 @@ class McpGateway:
 
         try:
             await self.manager.handle_request(scope, replay, watch)
+        except anyio.ClosedResourceError:
+            # the session ended while this request was on its way in (the SDK then raises out of
+            # the ASGI app, python-sdk#2741): a notification was already answered 202; a request
+            # gets what any request to an ended session gets
+            log.info("mcp session %s ended under a %s request", session_id, method)
+            if not started:
+                await _respond(send, 404, {"jsonrpc": "2.0", "id": None,
+                                            "error": {"code": -32600, "message": "Session not found"}})
         finally:
             if stream_open:
                 self.registry.stream_closed(session_id)

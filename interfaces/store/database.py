@@ -163,8 +163,14 @@ class Database:
         return conn
 
     @contextmanager
-    def transaction(self, *, write: bool = True, snapshot: bool = False) -> Iterator[Tx]:
-        """A write transaction (serialised on SQLite), or a read snapshot."""
+    def transaction(self, *, write: bool = True, snapshot: bool = False, derived: bool = False) -> Iterator[Tx]:
+        """A write transaction (serialised on SQLite), or a read snapshot.
+
+        `derived`: it writes only what the log can rebuild (read models and their tracking rows,
+        together), so on PostgreSQL it commits without waiting for its WAL flush. A crash may
+        lose the last such commits whole, never half of one: the rows and the position that
+        says they are applied go together, and the next catch-up applies those events again.
+        """
         if self._pool is None:
             conn = self._sqlite_conn()
             cursor = conn.cursor()
@@ -187,6 +193,8 @@ class Database:
                         conn.execute("ROLLBACK")
                     return
                 with conn.transaction():
+                    if derived:
+                        conn.execute("SET LOCAL synchronous_commit TO off")
                     yield Tx(conn.cursor(), "postgres")
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as error:
             raise StoreUnavailable(f"store unavailable: {error}") from None

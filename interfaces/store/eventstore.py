@@ -36,7 +36,7 @@ from domain.todo import (
     LeaseExpired, Todo, TodoClaimed, TodoFailed, TodoOpened, TodoReleased, TodoRequeued,
 )
 from interfaces.store.codec import EventCodec
-from interfaces.store.database import Database, DatabaseUrl
+from interfaces.store.database import Database, DatabaseUrl, Tx
 from interfaces.store.recorders import PostgresEventRecorder, SqliteEventRecorder
 from interfaces.store.rings import RINGS_DDL
 from projections.base import Projection, Tracking, micros
@@ -519,6 +519,21 @@ class SqlEventStore:
         return [
             Recorded(n.id, self.codec.decode(n.topic, n.originator_id, n.originator_version, bytes(n.state)))
             for n in notes
+        ]
+
+    def read_log_in(self, tx: Tx, after: int, limit: int) -> list[Recorded]:
+        """`read_log` inside a transaction of the read-model database (a catch-up reads and applies
+        on one connection, in one round trip fewer)."""
+        sqlite = self.url.dialect == "sqlite"
+        position = "rowid" if sqlite else "notification_id"
+        rows = tx.execute(
+            f"SELECT {position}, originator_id, originator_version, topic, state FROM stored_events"
+            f" WHERE {position} > %s ORDER BY {position} LIMIT %s",
+            (after, limit),
+        )
+        return [
+            Recorded(at, self.codec.decode(topic, originator, version, bytes(state)))
+            for at, originator, version, topic, state in rows
         ]
 
     def max_position(self) -> int:

@@ -66,13 +66,13 @@ class Projector:
     def _catch_up_page(self, chosen: Sequence[Projection]) -> int:
         lock = " FOR UPDATE" if self.db.dialect == "postgres" else ""
         marks = ", ".join(["%s"] * len(chosen))
-        with self.db.transaction() as tx:
+        with self.db.transaction(derived=True) as tx:
             positions = dict(tx.execute(
                 f"SELECT name, position FROM sb_tracking WHERE name IN ({marks}) ORDER BY name{lock}",
                 [p.name for p in chosen],
             ))
             start = min(positions[p.name] for p in chosen)
-            recorded = self.store.read_log(start, PAGE)
+            recorded = self.store.read_log_in(tx, start, PAGE)
             if not recorded:
                 return 0
             for projection in chosen:

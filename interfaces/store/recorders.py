@@ -60,7 +60,7 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
         self._local = threading.local()
         self._insert_arrays = SQL(
             "INSERT INTO {table} (originator_id, originator_version, topic, state)"
-            " SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::bytea[])"
+            " SELECT * FROM unnest(%b::uuid[], %b::bigint[], %b::text[], %b::bytea[])"
             " RETURNING notification_id"
         ).format(table=Identifier(self.events_table_name))
         self._lock = SQL("LOCK TABLE {table} IN EXCLUSIVE MODE").format(table=Identifier(self.events_table_name))
@@ -99,7 +99,9 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
                     head.execute("BEGIN")
                     head.execute(self._lock)
                     head.execute(self._notify)
-                    inserted.execute(self._insert_arrays, columns, binary=True)  # no hex-escaping of bytea
+                    # %b: binary arrays; psycopg dumps a text array of bytea item by item in Python (hex + regex
+                    # escaping), ~1 ms per batch more than the binary one (measured)
+                    inserted.execute(self._insert_arrays, columns)
                     run_ops(extra, ops, "%s")
                     if tracked:
                         extra.execute(self._track, (list(tracked),))

@@ -594,6 +594,43 @@ def test_only_quarantined_todos_are_released_or_discarded(sb):
 # --- ingest: idempotency keys ----------------------------------------------------------------------
 
 
+def test_a_delivery_reads_the_store_once_when_its_webhook_is_unchanged(sb, monkeypatch):
+    """Webhook, endpoints and the idempotency keys it names come in one read (ADR 13)."""
+    hook, owner, beta, gamma = fan_out(sb)
+    github(sb, hook)  # the first delivery after start reads twice: nothing is known of the webhook yet
+    store = sb.container.webhooks.store
+    reads: list[int] = []
+    real = store.load_many
+    monkeypatch.setattr(store, "load_many", lambda wanted: reads.append(len(wanted)) or real(wanted))
+
+    answers = [github(sb, hook, delivery=d) for d in ("d-1", "d-2", "d-1")]
+
+    assert [a["created"] for a in answers] == [3, 3, 0]
+    assert [t["id"] for t in answers[2]["todos"]] == [t["id"] for t in answers[0]["todos"]]
+    # reads with nothing to read do not reach the store; each delivery read 1 webhook + 3 endpoints + 3 keys
+    assert [n for n in reads if n] == [7, 7, 7]
+
+
+def test_a_route_added_between_repeats_is_read_and_deduplicated_like_the_others(sb):
+    hook, owner, beta, gamma = fan_out(sb)
+    delta = sb.vend("delta", queues=owner["queues"])
+    first = github(sb, hook, delivery="d-1")
+    hooks(sb).add_route(hook["webhook_id"], delta["endpoint_id"], caller=me(owner))
+
+    repeat = github(sb, hook, delivery="d-1")  # the guess from the last version misses delta
+    again = github(sb, hook, delivery="d-1")
+
+    assert [t["endpoint_id"] for t in repeat["todos"]] == [
+        v["endpoint_id"] for v in (owner, gamma, beta, delta)]
+    assert [t["created"] for t in repeat["todos"]] == [False, False, False, True]
+    assert [t["id"] for t in repeat["todos"][:3]] == [t["id"] for t in first["todos"]]
+    assert [t["id"] for t in again["todos"]] == [t["id"] for t in repeat["todos"]]
+    assert again["created"] == 0
+    hooks(sb).remove_route(hook["webhook_id"], gamma["endpoint_id"], caller=me(owner))
+    assert [t["endpoint_id"] for t in github(sb, hook, delivery="d-1")["todos"]] == [
+        v["endpoint_id"] for v in (owner, beta, delta)]
+
+
 def test_a_repeat_while_the_todo_is_live_returns_it_and_after_it_ends_mints_anew(sb):
     vended = sb.vend("keyed")
     hook = create(sb, vended, "generic")
