@@ -2,6 +2,7 @@
 
 Run:  .venv/bin/python bench/ingest.py [--quick] [--seconds 8] [--senders 8] [--rounds 3]
                                        [--pg-url URL] [--profile DIR | --no-profile] [--with-rule]
+                                       [--no-durable]
 
 Every PostgreSQL database used here is created fresh on the admin URL (`bench_<run id>_...`)
 and dropped at the end, even on failure; every server started here is stopped in `finally`.
@@ -18,6 +19,9 @@ Phases, all in one run:
    PostgreSQL transactions, rows, WAL, fsyncs, and the writer's group-commit size.
 2. Baseline: a bare Litestar app (one route that reads the body and answers 202) under uvicorn
    in a subprocess with uvicorn's defaults, as `serve` uses them; same senders, same requests.
+   Unless `--no-durable`, a second reference: the same app whose route first INSERTs the body
+   into PostgreSQL (an async psycopg pool of 8, autocommit, synchronous commit) -- the floor of
+   any durable queue on this database, which the target (against the bare route) leaves out.
 3. Phases 1 and 2 alternate `--rounds` times (switchboard, bare, switchboard, bare, …); each
    ratio, the best and the median.
 4. The same Switchboard measurement on SQLite (fresh file in its own data dir).
@@ -89,6 +93,46 @@ async def healthz() -> str:
 
 
 app = Litestar(route_handlers=[ingest, healthz], openapi_config=None)
+'''
+
+DURABLE_APP = '''\
+import os
+
+from litestar import Litestar, MediaType, Request, Response, get, post
+from psycopg_pool import AsyncConnectionPool
+
+pool = AsyncConnectionPool(os.environ["DURABLE_URL"], min_size=8, max_size=8, open=False,
+                           kwargs={"autocommit": True})
+
+
+async def open_pool() -> None:
+    await pool.open(wait=True)
+    async with pool.connection() as conn:
+        await conn.execute("CREATE TABLE IF NOT EXISTS raw_deliveries"
+                           " (id BIGSERIAL PRIMARY KEY, token TEXT NOT NULL, body BYTEA NOT NULL)")
+
+
+async def close_pool() -> None:
+    await pool.close()
+
+
+@post("/webhooks/w/{token:str}", status_code=202, media_type=MediaType.JSON, request_max_body_size=None)
+async def ingest(request: Request, token: str) -> Response:
+    body = await request.body()
+    async with pool.connection() as conn:
+        cursor = await conn.execute("INSERT INTO raw_deliveries (token, body) VALUES (%s, %b) RETURNING id",
+                                    (token, body))
+        (row_id,) = await cursor.fetchone()
+    return Response({"id": row_id}, status_code=202, media_type=MediaType.JSON)
+
+
+@get("/healthz", media_type=MediaType.TEXT)
+async def healthz() -> str:
+    return "ok"
+
+
+app = Litestar(route_handlers=[ingest, healthz], on_startup=[open_pool], on_shutdown=[close_pool],
+               openapi_config=None)
 '''
 
 
@@ -247,6 +291,13 @@ def bare_server(label: str, app_dir: str) -> Server:
     argv = [sys.executable, "-m", "uvicorn", "bare_app:app", "--app-dir", app_dir, "--host", "127.0.0.1",
             "--port", str(port), "--log-level", "warning"]
     return Server(label, argv, clean_env(), app_dir, port)
+
+
+def durable_server(label: str, app_dir: str, database_url: str) -> Server:
+    port = free_port()
+    argv = [sys.executable, "-m", "uvicorn", "durable_app:app", "--app-dir", app_dir, "--host", "127.0.0.1",
+            "--port", str(port), "--log-level", "warning"]
+    return Server(label, argv, clean_env(DURABLE_URL=database_url), app_dir, port)
 
 
 def pg_counters(database_url: str) -> dict[str, float]:
@@ -490,6 +541,18 @@ def bare_phase(label: str, app_dir: str, body: bytes, args: argparse.Namespace, 
         server.stop()
 
 
+def durable_phase(label: str, app_dir: str, database_url: str, body: bytes, args: argparse.Namespace,
+                  servers: list[Server]) -> Load:
+    server = durable_server(label, app_dir, database_url)
+    servers.append(server)
+    server.start()
+    try:
+        return drive(label, server, "0" * 32, "whsec_" + "0" * 64, body, senders=args.senders,
+                     warmup=args.warmup, seconds=args.seconds)
+    finally:
+        server.stop()
+
+
 def report_problems(result: Load) -> None:
     for note in result.notes:
         log(f"    {note}")
@@ -539,12 +602,12 @@ def library_of(path: str) -> str:
 def role_of(name: str, frames: list[str]) -> str:
     if name == "switchboard-writer" or "SqlEventStore._write_loop" in frames:
         return "writer"
-    if name == "AnyIO worker thread" or "WorkerThread.run" in frames:
-        return "ingest workers (anyio threads)"
+    if name.startswith("switchboard-ingest") or name == "AnyIO worker thread" or "WorkerThread.run" in frames:
+        return "ingest workers (threads)"
     if name in ("switchboard-projections", "switchboard-scheduler"):
         return name.replace("switchboard-", "background: ")
     if name == "MainThread":
-        return "event loop (uvloop; HTTP + Litestar, C frames invisible)"
+        return "event loop (asyncio; HTTP + Litestar, C frames invisible)"
     if name.startswith("pool-") or name.startswith("switchboard-prefetch"):
         return "psycopg pool / prefetch threads"
     return "other threads"
@@ -570,7 +633,7 @@ def state_of(frames: list[str]) -> str:
 
 # Ordered: the first stage whose frames all occur in the stack names the sample.
 STAGES = {
-    "ingest workers (anyio threads)": [
+    "ingest workers (threads)": [
         ("store.run: waiting for the writer's batch", ("Webhooks.ingest", "SqlEventStore.run")),
         ("resolve: token -> sb_credentials query", ("Webhooks.resolve", "SqlViews.subject_of_credential")),
         ("resolve: load Webhook + owner Endpoint (replay)", ("Webhooks.resolve", "SqlEventStore.load")),
@@ -655,7 +718,7 @@ def summarize_profile(prefix: str, top: int, deliveries: int) -> None:
         cpu_leaf[f"{frames[-1]} ({files[-1]})" if frames else "?"] += count
     total = sum(cpu_role.values())
 
-    for role in ("ingest workers (anyio threads)", "writer", "background: projections"):
+    for role in ("ingest workers (threads)", "writer", "background: projections"):
         stages = stage_wall.get(role)
         if not stages:
             continue
@@ -699,6 +762,8 @@ def main() -> int:
     parser.add_argument("--profile-top", type=int, default=25, help="rows of each profile table (default 25)")
     parser.add_argument("--with-rule", action="store_true",
                         help="also measure Switchboard/PostgreSQL with one jq rule (the rule engine's IPC)")
+    parser.add_argument("--no-durable", action="store_true",
+                        help="skip the durable-insert baseline (a Litestar route doing one INSERT per delivery)")
     parser.add_argument("--quick", action="store_true",
                         help="under a minute: 2 rounds, 3 s windows, 1 s warm-up, 4 s profile")
     args = parser.parse_args()
@@ -712,6 +777,8 @@ def main() -> int:
     app_dir = os.path.join(tmp.name, "bare")
     os.makedirs(app_dir)
     Path(app_dir, "bare_app.py").write_text(BARE_APP)
+    Path(app_dir, "durable_app.py").write_text(DURABLE_APP)
+    durables: list[Load] = []
     servers: list[Server] = []
     pairs: list[tuple[Load, Load]] = []
     extra: dict[str, Load] = {}
@@ -738,6 +805,14 @@ def main() -> int:
             ratio = sb.rate / bare.rate if bare.rate else 0.0
             log(f"[round {r}] ratio switchboard-pg/bare = {ratio:.3f}")
             pairs.append((sb, bare))
+            if not args.no_durable:
+                url = dbs.create(f"durable{r}")
+                raw = durable_phase(f"durable-{r}", app_dir, url, body, args, servers)
+                dbs.drop(url)
+                log(f"[round {r}] durable insert: {raw.line()}")
+                report_problems(raw)
+                log(f"[round {r}] ratio switchboard-pg/durable-insert = {sb.rate / raw.rate if raw.rate else 0.0:.3f}")
+                durables.append(raw)
 
         if not args.skip_sqlite:
             data_dir = os.path.join(tmp.name, "sqlite")
@@ -800,6 +875,14 @@ def main() -> int:
         verdict = "MEETS" if max(ratios) >= 0.35 else "BELOW"
         log(f"ratio switchboard-pg/bare: best {max(ratios):.3f}, median {statistics.median(ratios):.3f}"
             f"  (target >= 0.35: {verdict})")
+    if durables:
+        rates = [d.rate for d in durables]
+        ratios = [sb.rate / d.rate for (sb, _), d in zip(pairs, durables) if d.rate]
+        log(f"durable insert median {statistics.median(rates):8.1f}/s, best {max(rates):8.1f}/s"
+            f" (p50 {statistics.median(d.p50 for d in durables) * 1000:.1f} ms)")
+        if ratios:
+            log(f"ratio switchboard-pg/durable-insert: best {max(ratios):.3f}, median {statistics.median(ratios):.3f}"
+                "  (the floor of a durable queue: one INSERT of the body per delivery, no verification or routing)")
     if "sqlite" in extra:
         sq = extra["sqlite"]
         bare_rates = [p[1].rate for p in pairs]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from pathlib import Path
 from urllib.parse import quote
@@ -66,6 +67,8 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
 
     settings = container.settings
     buckets = TokenBuckets(settings.ingest_rate, settings.ingest_burst)
+    # as many threads as anyio's default limiter allowed: each holds one delivery in flight
+    ingest_threads = ThreadPoolExecutor(max_workers=40, thread_name_prefix="switchboard-ingest")
     store = container.store
     listen = (store.url.conninfo(), store.recorder.channel_name) if store.url.dialect == "postgres" else None
     mcp = McpGateway(
@@ -85,7 +88,7 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
 
     store.subscribe(on_commit)
     route_handlers = [
-        healthz, ingest_route(container.webhooks, buckets), mcp_route(mcp),
+        healthz, ingest_route(container.webhooks, buckets, ingest_threads), mcp_route(mcp),
         create_static_files_router(path="/static", directories=[HERE / "static"], include_in_schema=False),
         metrics_route(container),
         api_router(container.app, container.webhooks, feed),
@@ -95,6 +98,7 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
         route_handlers=route_handlers,
         exception_handlers={**EXCEPTION_HANDLERS, BoardRedirect: to_login},
         openapi_config=openapi_config(), on_startup=list(on_startup),
+        on_shutdown=[lambda: ingest_threads.shutdown(wait=True)],
         lifespan=[mcp.lifespan],  # the MCP session manager runs once, for the app's lifetime
         before_send=[add_security_headers],
     )

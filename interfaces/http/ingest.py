@@ -1,14 +1,17 @@
 """`POST /webhooks/w/{token}` (CONTRACT §4): rate limit, size, token, signature, routing.
 
-The blocking work (store, rule worker) runs in a worker thread, never on the event loop. A
-refusal (429, 413, 404, 401, 503) happens before anything is appended, so it stores nothing.
+The blocking work (store, rule worker) runs in a worker thread, never on the event loop: a
+plain executor of the app's, not `anyio.to_thread` (80 µs of CPU a call against 26, measured).
+A refusal (429, 413, 404, 401, 503) happens before anything is appended, so it stores nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
+from concurrent.futures import Executor
+from functools import partial
 
-import anyio
 from litestar import MediaType, Request, Response, post
 from litestar.params import FromPath
 
@@ -19,8 +22,8 @@ from interfaces.http.ratelimit import TokenBuckets
 MAX_BODY = 5 * 1024 * 1024
 
 
-def ingest_route(webhooks: Webhooks, buckets: TokenBuckets):
-    """The ingest handler, closed over the application it calls."""
+def ingest_route(webhooks: Webhooks, buckets: TokenBuckets, executor: Executor):
+    """The ingest handler, closed over the application it calls and the threads it runs on."""
 
     @post("/webhooks/w/{token:str}", status_code=202, media_type=MediaType.JSON, request_max_body_size=None,
           include_in_schema=False)
@@ -41,8 +44,8 @@ def ingest_route(webhooks: Webhooks, buckets: TokenBuckets):
             chunks.append(chunk)
         body = b"".join(chunks)
         headers = {name.lower(): value for name, value in request.headers.items()}
-        answer = await anyio.to_thread.run_sync(
-            lambda: webhooks.ingest(token, headers, body, remote_addr=client)
+        answer = await asyncio.get_running_loop().run_in_executor(
+            executor, partial(webhooks.ingest, token, headers, body, remote_addr=client)
         )
         return Response(answer, status_code=202, media_type=MediaType.JSON)
 

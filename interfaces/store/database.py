@@ -74,8 +74,12 @@ class Tx:
     def _sql(self, sql: str) -> str:
         return sql.replace("%s", "?") if self._sqlite else sql
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        self._cursor.execute(self._sql(sql), tuple(params))
+    def execute(self, sql: str, params: Sequence[Any] = (), *, binary: bool = False) -> list[tuple]:
+        """`binary`: PostgreSQL sends the results in binary format (bytea as bytes, not hex)."""
+        if binary and not self._sqlite:
+            self._cursor.execute(sql, tuple(params), binary=True)
+        else:
+            self._cursor.execute(self._sql(sql), tuple(params))
         if self._cursor.description is None:
             return []
         return [tuple(row) for row in self._cursor.fetchall()]
@@ -196,6 +200,8 @@ class Database:
                     if derived:
                         conn.execute("SET LOCAL synchronous_commit TO off")
                     yield Tx(conn.cursor(), "postgres")
+        except psycopg.errors.LockNotAvailable:
+            raise  # a `lock_timeout` its caller set: the store is there, the lock was not
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as error:
             raise StoreUnavailable(f"store unavailable: {error}") from None
 
