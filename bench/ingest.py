@@ -530,24 +530,13 @@ def switchboard_phase(label: str, database_url: str, data_dir: str, body: bytes,
     return result
 
 
-def bare_phase(label: str, app_dir: str, body: bytes, args: argparse.Namespace, servers: list[Server]) -> Load:
-    server = bare_server(label, app_dir)
+def reference_phase(server: Server, body: bytes, args: argparse.Namespace, servers: list[Server]) -> Load:
+    """The same load on a reference app (the bare route, or the durable INSERT), which ignores the
+    signature; it is started here and stopped in any case."""
     servers.append(server)
     server.start()
     try:
-        return drive(label, server, "0" * 32, "whsec_" + "0" * 64, body, senders=args.senders,
-                     warmup=args.warmup, seconds=args.seconds)
-    finally:
-        server.stop()
-
-
-def durable_phase(label: str, app_dir: str, database_url: str, body: bytes, args: argparse.Namespace,
-                  servers: list[Server]) -> Load:
-    server = durable_server(label, app_dir, database_url)
-    servers.append(server)
-    server.start()
-    try:
-        return drive(label, server, "0" * 32, "whsec_" + "0" * 64, body, senders=args.senders,
+        return drive(server.label, server, "0" * 32, "whsec_" + "0" * 64, body, senders=args.senders,
                      warmup=args.warmup, seconds=args.seconds)
     finally:
         server.stop()
@@ -799,7 +788,7 @@ def main() -> int:
             dbs.drop(url)
             log(f"[round {r}] switchboard/pg: {sb.line()}")
             report_problems(sb)
-            bare = bare_phase(f"bare-{r}", app_dir, body, args, servers)
+            bare = reference_phase(bare_server(f"bare-{r}", app_dir), body, args, servers)
             log(f"[round {r}] bare litestar:  {bare.line()}")
             report_problems(bare)
             ratio = sb.rate / bare.rate if bare.rate else 0.0
@@ -807,7 +796,7 @@ def main() -> int:
             pairs.append((sb, bare))
             if not args.no_durable:
                 url = dbs.create(f"durable{r}")
-                raw = durable_phase(f"durable-{r}", app_dir, url, body, args, servers)
+                raw = reference_phase(durable_server(f"durable-{r}", app_dir, url), body, args, servers)
                 dbs.drop(url)
                 log(f"[round {r}] durable insert: {raw.line()}")
                 report_problems(raw)
