@@ -56,6 +56,12 @@ def openapi_config() -> OpenAPIConfig:
     )
 
 
+# Deliveries in flight at once in one process (each holds a thread: verify and route, then wait
+# for the writer's commit). More senders queue for a thread; the other blocking handlers keep
+# anyio's own threads, so ingest cannot starve the board or the API of them.
+INGEST_THREADS = 32
+
+
 def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]] = ()) -> Litestar:
     """Builds the HTTP app around an already-built container."""
 
@@ -67,8 +73,7 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
 
     settings = container.settings
     buckets = TokenBuckets(settings.ingest_rate, settings.ingest_burst)
-    # as many threads as anyio's default limiter allowed: each holds one delivery in flight
-    ingest_threads = ThreadPoolExecutor(max_workers=40, thread_name_prefix="switchboard-ingest")
+    ingest_threads = ThreadPoolExecutor(max_workers=INGEST_THREADS, thread_name_prefix="switchboard-ingest")
     store = container.store
     listen = (store.url.conninfo(), store.recorder.channel_name) if store.url.dialect == "postgres" else None
     mcp = McpGateway(
@@ -98,7 +103,7 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
         route_handlers=route_handlers,
         exception_handlers={**EXCEPTION_HANDLERS, BoardRedirect: to_login},
         openapi_config=openapi_config(), on_startup=list(on_startup),
-        on_shutdown=[lambda: ingest_threads.shutdown(wait=True)],
+        on_shutdown=[lambda: ingest_threads.shutdown(wait=True, cancel_futures=True)],
         lifespan=[mcp.lifespan],  # the MCP session manager runs once, for the app's lifetime
         before_send=[add_security_headers],
     )

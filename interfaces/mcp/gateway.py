@@ -284,11 +284,9 @@ class McpGateway:
             return pending.pop(0) if pending else await receive()
 
         stream_open = False
-        started = False
 
         async def watch(message: Message) -> None:
-            nonlocal stream_open, started
-            started = started or message["type"] == "http.response.start"
+            nonlocal stream_open
             if message["type"] == "http.response.start" and message["status"] == 200:
                 if method == "POST" and session_id is None:
                     opened = dict(message.get("headers", ())).get(MCP_SESSION_ID_HEADER.encode())
@@ -300,18 +298,37 @@ class McpGateway:
             await send(message)
 
         try:
-            await self.manager.handle_request(scope, replay, watch)
+            await self.manager.handle_request(scope, replay, AnsweredOnce(watch))
         except anyio.ClosedResourceError:
-            # the session ended while this request was on its way in (the SDK then raises out of
-            # the ASGI app, python-sdk#2741): a notification was already answered 202; a request
-            # gets what any request to an ended session gets
-            log.info("mcp session %s ended under a %s request", session_id, method)
-            if not started:
-                await _respond(send, 404, {"jsonrpc": "2.0", "id": None,
-                                            "error": {"code": -32600, "message": "Session not found"}})
+            # The session ended while this request was on its way in (python-sdk#2741): a
+            # notification was already answered 202 before the SDK found the session's stream
+            # closed, and the SDK's second answer was dropped by AnsweredOnce. Nothing is lost:
+            # the client has its answer, and the session is gone for everyone.
+            log.info("mcp session %s ended under a %s notification, already answered", session_id, method)
         finally:
             if stream_open:
                 self.registry.stream_closed(session_id)
+
+
+class AnsweredOnce:
+    """An ASGI `send` that passes one response and drops anything sent after it completed.
+
+    The MCP SDK answers a notification 202, then, finding the session's stream closed, starts a
+    500 on the same request; uvicorn refuses that with a RuntimeError, which would hide the
+    SDK's own ClosedResourceError (which the gateway handles) behind a 500 traceback.
+    """
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.completed = False
+
+    async def __call__(self, message: Message) -> None:
+        if self.completed:
+            log.debug("dropped %s after the response completed", message["type"])
+            return
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.completed = True
+        await self._send(message)
 
 
 def mcp_route(gateway: McpGateway) -> ASGIRouteHandler:

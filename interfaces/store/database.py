@@ -64,6 +64,10 @@ class DatabaseUrl:
         )
 
 
+class LockBusy(StoreUnavailable):
+    """A lock was not granted within the `lock_timeout_ms` its transaction asked for."""
+
+
 class Tx:
     """A transaction: run statements, get tuples back."""
 
@@ -167,8 +171,11 @@ class Database:
         return conn
 
     @contextmanager
-    def transaction(self, *, write: bool = True, snapshot: bool = False, derived: bool = False) -> Iterator[Tx]:
+    def transaction(self, *, write: bool = True, snapshot: bool = False, derived: bool = False,
+                    lock_timeout_ms: int | None = None) -> Iterator[Tx]:
         """A write transaction (serialised on SQLite), or a read snapshot.
+
+        `lock_timeout_ms` (PostgreSQL): waiting longer than that for a lock raises `LockBusy`.
 
         `derived`: it writes only what the log can rebuild (read models and their tracking rows,
         together), so on PostgreSQL it commits without waiting for its WAL flush. A crash may
@@ -199,9 +206,13 @@ class Database:
                 with conn.transaction():
                     if derived:
                         conn.execute("SET LOCAL synchronous_commit TO off")
+                    if lock_timeout_ms is not None:
+                        conn.execute(f"SET LOCAL lock_timeout = {int(lock_timeout_ms)}")
                     yield Tx(conn.cursor(), "postgres")
-        except psycopg.errors.LockNotAvailable:
-            raise  # a `lock_timeout` its caller set: the store is there, the lock was not
+        except psycopg.errors.LockNotAvailable as error:
+            if lock_timeout_ms is not None:  # the store is there; the lock was not, in the time asked
+                raise LockBusy(f"lock not granted in {lock_timeout_ms} ms: {error}") from None
+            raise StoreUnavailable(f"store unavailable: {error}") from None
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as error:
             raise StoreUnavailable(f"store unavailable: {error}") from None
 

@@ -22,7 +22,6 @@ from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
-import psycopg
 from eventsourcing.persistence import IntegrityError, PersistenceError
 from eventsourcing.postgres import PostgresDatastore
 from eventsourcing.sqlite import SQLiteDatastore
@@ -37,7 +36,7 @@ from domain.todo import (
     LeaseExpired, Todo, TodoClaimed, TodoFailed, TodoOpened, TodoReleased, TodoRequeued,
 )
 from interfaces.store.codec import EventCodec
-from interfaces.store.database import Database, DatabaseUrl, Tx
+from interfaces.store.database import Database, DatabaseUrl, LockBusy, Tx
 from interfaces.store.recorders import PostgresEventRecorder, SqliteEventRecorder
 from interfaces.store.rings import RINGS_DDL
 from projections.base import Projection, Tracking, micros
@@ -48,6 +47,7 @@ A = TypeVar("A", bound=Aggregate)
 
 MAX_BATCH = 64
 LZ4_COLUMNS = (("sb_deliveries", "envelope"),)
+COMPRESSION_LOCK_TIMEOUT_MS = 1000
 LINGER = 0.001  # seconds a batch may wait to fill up to the previous batch's size
 MAX_RETRIES = 12
 BATCH_RETRIES = 3
@@ -234,12 +234,13 @@ class SqlEventStore:
 
     def _compress_read_models(self) -> None:
         """lz4 for the large read-model columns too (the deliveries' rule envelopes): PostgreSQL's
-        default pglz took ~190 µs per 11 KB envelope, lz4 ~60 (measured). Each in a transaction of
-        its own, holding no other lock, so it can only wait for a running catch-up, never deadlock
-        with it; a server that cannot get the lock in 5 s leaves it for the next start."""
+        default pglz took ~190 µs per 11 KB envelope, lz4 ~60 (measured). Once per database: each
+        in a transaction of its own, holding no other lock, so it can only wait for a running
+        catch-up, never deadlock with it. While it waits, it queues ahead of the table's other
+        users, so it waits at most a second; then this open leaves it to the next one."""
         for table, column in LZ4_COLUMNS:
             try:
-                with self.db.transaction() as tx:
+                with self.db.transaction(lock_timeout_ms=COMPRESSION_LOCK_TIMEOUT_MS) as tx:
                     if not tx.execute(
                         "SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals)"
                     ) or tx.execute(
@@ -247,9 +248,8 @@ class SqlEventStore:
                         " AND attcompression = 'l'", (table, column),
                     ):
                         continue
-                    tx.execute("SET LOCAL lock_timeout = '5s'")
                     tx.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET COMPRESSION lz4")
-            except psycopg.errors.LockNotAvailable:
+            except LockBusy:
                 log.warning("%s.%s keeps its compression until the next start (table busy)", table, column)
 
     def _migrate(self, tx: Any) -> None:

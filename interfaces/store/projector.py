@@ -78,9 +78,9 @@ class Projector:
             for projection in chosen:
                 after = positions[projection.name]
                 tx.run_ops([op for r in recorded if r.position > after for op in projection.ops(r.event, r.position)])
-            tx.execute(
-                f"UPDATE sb_tracking SET position = %s WHERE name IN ({marks})",
-                [recorded[-1].position, *(p.name for p in chosen)],
+            tx.execute(  # never backwards: a projection added later starts behind the others
+                f"UPDATE sb_tracking SET position = %s WHERE name IN ({marks}) AND position < %s",
+                [recorded[-1].position, *(p.name for p in chosen), recorded[-1].position],
             )
             return len(recorded)
 

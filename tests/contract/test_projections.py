@@ -48,3 +48,25 @@ def test_claims_work_on_rebuilt_read_models(sb):
     assert sb.fire_due() == 1
     assert sb.app.claim_next(caller=agent(vended))["todo"]["id"] == first
     assert sb.app.authenticate_endpoint(vended["credential"]).slug == vended["slug"]
+
+
+def test_a_projection_behind_the_others_catches_up_without_moving_them_back(sb, monkeypatch):
+    """As when a new projection joins a database with a long log: it starts at 0, the others at
+    the head, and pages of the log are read from the lowest position."""
+    from interfaces.store import projector as module
+
+    mixed_workload(sb)
+    projector = sb.container.projector
+    projector.catch_up()
+    head = max(projector.positions().values())
+    before = snapshot(sb)
+    with sb.container.store.db.transaction() as tx:
+        tx.execute("DELETE FROM sb_deliveries")
+        tx.execute("UPDATE sb_tracking SET position = 0 WHERE name = 'deliveries'")
+    monkeypatch.setattr(module, "PAGE", 5)  # several pages, each below the others' position
+
+    projector.catch_up()
+
+    assert set(projector.positions().values()) == {head}
+    assert projector.verify() == []  # nothing applied twice (counters), nothing missed (deliveries)
+    assert snapshot(sb) == before

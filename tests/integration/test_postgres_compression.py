@@ -32,14 +32,14 @@ def test_a_start_sets_lz4_on_the_large_columns_of_an_older_database(pg_url, make
     assert compressions(pg_url) == {column: "l" for column in COLUMNS}
 
 
-def test_a_start_waits_at_most_a_few_seconds_for_a_busy_table_and_still_serves(pg_url, make_container):
+def test_a_start_waits_at_most_a_second_for_a_busy_table_and_still_serves(pg_url, make_container):
     make_container(pg_url).close()
     with psycopg.connect(pg_url) as holder:
         holder.execute("ALTER TABLE sb_deliveries ALTER COLUMN envelope SET COMPRESSION pglz")
         holder.commit()
         holder.execute("LOCK TABLE sb_deliveries IN ACCESS SHARE MODE")  # a reader that will not let go
 
-        container = make_container(pg_url)  # waits 5 s for the lock, then starts without it
+        container = make_container(pg_url)  # waits 1 s for the lock, then starts without it
 
         assert container.app.ensure_admin() is not None
         assert compressions(pg_url)[("sb_deliveries", "envelope")] == "p"
