@@ -307,7 +307,8 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed) -> Ro
     for handler in handlers:
         handler.responses = {**ERROR_RESPONSES, **(handler.responses or {})}
     return Router(
-        path="/api/v1", guards=[api_guard], cache_control=CacheControlHeader(no_store=True),  # credentials, payloads security=SECURITY, tags=["operator"],
+        path="/api/v1", guards=[api_guard], security=SECURITY, tags=["operator"],
+        cache_control=CacheControlHeader(no_store=True),  # answers carry credentials and payloads
         route_handlers=handlers,
     )
 

@@ -979,6 +979,15 @@ def test_every_answer_carries_the_security_headers(sqlite_stack, api):
     assert_security_headers(schema)
 
 
+def test_the_schema_names_the_api_s_security_schemes_and_tag_on_every_operation(sqlite_stack):
+    schema = httpx.get(f"{sqlite_stack.server.base}/schema/openapi.json").json()
+    operations = [op for item in schema["paths"].values() for op in item.values() if isinstance(op, dict)]
+    assert operations
+    for operation in operations:
+        assert operation.get("security") == [{"operatorToken": []}, {"boardSession": []}], operation.get("operationId")
+        assert operation.get("tags") == ["operator"], operation.get("operationId")
+
+
 # -- tenancy (SQLite and PostgreSQL) ------------------------------------------------------------
 
 
