@@ -63,6 +63,12 @@ def _webhook_uuid(webhook_id: object) -> UUID:
     return parsed
 
 
+def _delivery_key(webhook_id: str, headers: Mapping[str, str], source_type: str, cairn: dict | None,
+                  body: bytes) -> str:
+    """The idempotency key of a delivery: the webhook, then the sender's delivery id."""
+    return f"{webhook_id}:{delivery_id(headers, source_type, cairn, body)}"
+
+
 def _rule_set_of(webhook: Webhook) -> RuleSet:
     return parse_rule_set(
         {"rules": webhook.rules, "default_action": webhook.default_action, "params": webhook.params},
@@ -360,7 +366,7 @@ class Webhooks:
             source_type, webhook_id, targets = shape
             wanted.extend((Endpoint, endpoint_uuid_of(t)) for t in targets[1:])
             if headers is not None and source_type != "cairn":  # a cairn id is in the verified body
-                key = f"{webhook_id}:{delivery_id(headers, source_type, None, body)}"
+                key = _delivery_key(webhook_id, headers, source_type, None, body)
                 wanted.extend((IdempotencyKey, key_uuid(t, key)) for t in targets)
         loaded = self.store.load_many(wanted)
         webhook, owner = loaded[webhook_uuid], loaded[owner_uuid]
@@ -394,7 +400,7 @@ class Webhooks:
         cairn = verify_signature(webhook.source_type, secret, lowered, body, now)
         trust_mode, verified = trust_of(webhook.source_type)
         kind = delivery_kind(lowered, cairn)
-        key = f"{webhook.webhook_id}:{delivery_id(lowered, webhook.source_type, cairn, body)}"
+        key = _delivery_key(webhook.webhook_id, lowered, webhook.source_type, cairn, body)
         content_type = lowered.get("content-type")
         payload = parse_payload(body, content_type)
         redacted = redact_headers(lowered)

@@ -38,7 +38,7 @@ from interfaces.http.auth import (
     session_of,
 )
 from interfaces.http.errors import STATUS_BY_CODE
-from interfaces.http.ratelimit import TokenBuckets
+from interfaces.http.ratelimit import TokenBuckets, client_address
 
 TEMPLATES = Path(__file__).parent / "templates"
 PARTIAL_HEADER = "x-board-partial"
@@ -324,7 +324,7 @@ def board_routes(container: Container) -> list:
             return login_page(request, None, next_path=next_path, status=403,
                               error="This sign-in form has expired or was not sent by the board: try again.")
         name, password = _text(data, "name"), str((data or {}).get("password") or "")
-        client = request.client.host if request.client else "unknown"  # as the ingest rate limit keys it
+        client = client_address(request)
         wait = failed_logins.wait(client)
         if wait > 0:
             return login_page(request, session, next_path=next_path, status=429, name=name[:64],

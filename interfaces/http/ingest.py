@@ -17,7 +17,7 @@ from litestar.params import FromPath
 
 from application.webhooks import Webhooks
 from interfaces.http.errors import error_response
-from interfaces.http.ratelimit import TokenBuckets
+from interfaces.http.ratelimit import TokenBuckets, client_address
 
 MAX_BODY = 5 * 1024 * 1024
 
@@ -28,7 +28,7 @@ def ingest_route(webhooks: Webhooks, buckets: TokenBuckets, executor: Executor):
     @post("/webhooks/w/{token:str}", status_code=202, media_type=MediaType.JSON, request_max_body_size=None,
           include_in_schema=False)
     async def ingest(request: Request, token: FromPath[str]) -> Response:
-        client = request.client.host if request.client else "unknown"
+        client = client_address(request)
         wait = buckets.take(client)
         if wait > 0:
             return error_response("rate limit exceeded", "rate_limited",
@@ -43,9 +43,8 @@ def ingest_route(webhooks: Webhooks, buckets: TokenBuckets, executor: Executor):
                 return error_response("payload too large", "payload_too_large")
             chunks.append(chunk)
         body = b"".join(chunks)
-        headers = {name.lower(): value for name, value in request.headers.items()}
-        answer = await asyncio.get_running_loop().run_in_executor(
-            executor, partial(webhooks.ingest, token, headers, body, remote_addr=client)
+        answer = await asyncio.get_running_loop().run_in_executor(  # `ingest` lowers the header names
+            executor, partial(webhooks.ingest, token, request.headers, body, remote_addr=client)
         )
         return Response(answer, status_code=202, media_type=MediaType.JSON)
 

@@ -5,6 +5,14 @@ from __future__ import annotations
 import threading
 import time
 
+from litestar.connection import ASGIConnection
+
+
+def client_address(connection: ASGIConnection) -> str:
+    """The key of a client's bucket: its address as the server sees it (behind a proxy, uvicorn's
+    --forwarded-allow-ips decides whether that is the proxy's or the client's)."""
+    return connection.client.host if connection.client else "unknown"
+
 
 class TokenBuckets:
     """A token bucket per client address: `rate` requests/s with bursts of `burst`; 0 disables.

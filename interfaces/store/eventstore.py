@@ -161,6 +161,18 @@ class _Unit:
                 self._batch.aggregates[aggregate_id] = saved
 
 
+def _use_lz4(tx: Tx, table: str, column: str) -> None:
+    """Compresses the column with lz4 from now on, when this server has lz4 and it is not yet set
+    (the ALTER takes the table's strongest lock: never taken when there is nothing to change)."""
+    if tx.execute(
+        "SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals)"
+    ) and not tx.execute(
+        "SELECT 1 FROM pg_attribute WHERE attrelid = %s::regclass AND attname = %s AND attcompression = 'l'",
+        (table, column),
+    ):
+        tx.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET COMPRESSION lz4")
+
+
 class SqlEventStore:
     """The EventStore port on SQLite or PostgreSQL."""
 
@@ -215,13 +227,7 @@ class SqlEventStore:
                     # when not yet set, and before any projection DDL: ALTER takes the events table's
                     # strongest lock, and taking it while holding a projection table's lock would
                     # deadlock with a running server's append (events table first, then projections).
-                    if tx.execute(
-                        "SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals)"
-                    ) and not tx.execute(
-                        "SELECT 1 FROM pg_attribute WHERE attrelid = 'stored_events'::regclass"
-                        " AND attname = 'state' AND attcompression = 'l'"
-                    ):
-                        tx.execute("ALTER TABLE stored_events ALTER COLUMN state SET COMPRESSION lz4")
+                    _use_lz4(tx, "stored_events", "state")
                     self._migrate(tx)
                 self._compress_read_models()
             else:
@@ -241,14 +247,7 @@ class SqlEventStore:
         for table, column in LZ4_COLUMNS:
             try:
                 with self.db.transaction(lock_timeout_ms=COMPRESSION_LOCK_TIMEOUT_MS) as tx:
-                    if not tx.execute(
-                        "SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals)"
-                    ) or tx.execute(
-                        "SELECT 1 FROM pg_attribute WHERE attrelid = %s::regclass AND attname = %s"
-                        " AND attcompression = 'l'", (table, column),
-                    ):
-                        continue
-                    tx.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET COMPRESSION lz4")
+                    _use_lz4(tx, table, column)
             except LockBusy:
                 log.warning("%s.%s keeps its compression until the next start (table busy)", table, column)
 
