@@ -74,6 +74,7 @@ PY_SPY = str(VENV_BIN / "py-spy")
 FIXTURE = "github_issues_opened.json"
 PROFILE_RATE = 150  # Hz, per sampler
 QUEUE = "inbox"
+REFERENCE_SECRET = "whsec_" + "0" * 64  # the references' senders sign with it; only the floor checks
 RULE = {"rules": [{"id": "issues", "expr": '.kind == "issues" and .payload.action == "opened"',
                    "action": {"queue": QUEUE}}]}
 
@@ -134,6 +135,81 @@ async def healthz() -> str:
 app = Litestar(route_handlers=[ingest, healthz], on_startup=[open_pool], on_shutdown=[close_pool],
                openapi_config=None)
 '''
+
+
+# The least any implementation of CONTRACT §4 must do per delivery, written as directly as one
+# can: verify the GitHub signature, parse the JSON, and in ONE statement (one transaction,
+# synchronous commit) store the delivery, claim its idempotency key and store one todo that
+# points at the delivery's body. It is generous on purpose, so it is a floor and not a rival:
+# the webhook's secret sits in memory (no read, no decryption, no rotation check), the payload
+# is stored once, and there is no event log, no routing rules, no board, no read models.
+FLOOR_APP = """\
+import hashlib
+import hmac
+import json
+import os
+
+from litestar import Litestar, MediaType, Request, Response, get, post
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+SECRET = os.environ["FLOOR_SECRET"].encode()
+pool = AsyncConnectionPool(os.environ["DURABLE_URL"], min_size=8, max_size=8, open=False,
+                           kwargs={"autocommit": True})
+STORE = (
+    "WITH k AS (INSERT INTO floor_keys (token, key) VALUES (%(token)s, %(key)s)"
+    "           ON CONFLICT DO NOTHING RETURNING key),"
+    " d AS (INSERT INTO floor_deliveries (token, headers, body) VALUES (%(token)s, %(headers)s, %(body)b)"
+    "       RETURNING id),"
+    " t AS (INSERT INTO floor_todos (delivery_id, queue, title, state) SELECT d.id, 'inbox', %(title)s, 'pending'"
+    "       FROM d, k RETURNING id)"
+    " SELECT (SELECT id FROM d), (SELECT id FROM t)"
+)
+
+
+async def open_pool() -> None:
+    await pool.open(wait=True)
+    async with pool.connection() as conn:
+        await conn.execute("CREATE TABLE IF NOT EXISTS floor_deliveries (id BIGSERIAL PRIMARY KEY,"
+                           " token TEXT NOT NULL, headers JSONB NOT NULL, body BYTEA NOT NULL)")
+        await conn.execute("CREATE TABLE IF NOT EXISTS floor_keys (token TEXT NOT NULL, key TEXT NOT NULL,"
+                           " PRIMARY KEY (token, key))")
+        await conn.execute("CREATE TABLE IF NOT EXISTS floor_todos (id BIGSERIAL PRIMARY KEY,"
+                           " delivery_id BIGINT NOT NULL, queue TEXT NOT NULL, title TEXT NOT NULL,"
+                           " state TEXT NOT NULL)")
+
+
+async def close_pool() -> None:
+    await pool.close()
+
+
+@post("/webhooks/w/{token:str}", status_code=202, media_type=MediaType.JSON, request_max_body_size=None)
+async def ingest(request: Request, token: str) -> Response:
+    body = await request.body()
+    given = request.headers.get("x-hub-signature-256", "")
+    expected = "sha256=" + hmac.new(SECRET, body, hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(given, expected):
+        return Response({"error": "signature verification failed", "code": "unauthorized"}, status_code=401)
+    payload = json.loads(body)
+    title = str((payload.get("issue") or {}).get("title", ""))[:200]
+    headers = {k: v for k, v in request.headers.items() if k != "x-hub-signature-256"}
+    key = "github:" + request.headers.get("x-github-delivery", "")
+    async with pool.connection() as conn:
+        cursor = await conn.execute(STORE, {"token": token, "key": key, "headers": Jsonb(headers), "body": body,
+                                            "title": title})
+        delivery_id, todo_id = await cursor.fetchone()
+    return Response({"delivery": delivery_id, "todo": todo_id, "created": int(todo_id is not None)},
+                    status_code=202, media_type=MediaType.JSON)
+
+
+@get("/healthz", media_type=MediaType.TEXT)
+async def healthz() -> str:
+    return "ok"
+
+
+app = Litestar(route_handlers=[ingest, healthz], on_startup=[open_pool], on_shutdown=[close_pool],
+               openapi_config=None)
+"""
 
 
 # -- processes ---------------------------------------------------------------------------
@@ -298,6 +374,13 @@ def durable_server(label: str, app_dir: str, database_url: str) -> Server:
     argv = [sys.executable, "-m", "uvicorn", "durable_app:app", "--app-dir", app_dir, "--host", "127.0.0.1",
             "--port", str(port), "--log-level", "warning"]
     return Server(label, argv, clean_env(DURABLE_URL=database_url), app_dir, port)
+
+
+def floor_server(label: str, app_dir: str, database_url: str) -> Server:
+    port = free_port()
+    argv = [sys.executable, "-m", "uvicorn", "floor_app:app", "--app-dir", app_dir, "--host", "127.0.0.1",
+            "--port", str(port), "--log-level", "warning"]
+    return Server(label, argv, clean_env(DURABLE_URL=database_url, FLOOR_SECRET=REFERENCE_SECRET), app_dir, port)
 
 
 def pg_counters(database_url: str) -> dict[str, float]:
@@ -536,7 +619,7 @@ def reference_phase(server: Server, body: bytes, args: argparse.Namespace, serve
     servers.append(server)
     server.start()
     try:
-        return drive(server.label, server, "0" * 32, "whsec_" + "0" * 64, body, senders=args.senders,
+        return drive(server.label, server, "0" * 32, REFERENCE_SECRET, body, senders=args.senders,
                      warmup=args.warmup, seconds=args.seconds)
     finally:
         server.stop()
@@ -753,6 +836,8 @@ def main() -> int:
                         help="also measure Switchboard/PostgreSQL with one jq rule (the rule engine's IPC)")
     parser.add_argument("--no-durable", action="store_true",
                         help="skip the durable-insert baseline (a Litestar route doing one INSERT per delivery)")
+    parser.add_argument("--no-floor", action="store_true",
+                        help="skip the contract-floor baseline (verify, parse, one atomic INSERT of delivery+key+todo)")
     parser.add_argument("--quick", action="store_true",
                         help="under a minute: 2 rounds, 3 s windows, 1 s warm-up, 4 s profile")
     args = parser.parse_args()
@@ -767,7 +852,9 @@ def main() -> int:
     os.makedirs(app_dir)
     Path(app_dir, "bare_app.py").write_text(BARE_APP)
     Path(app_dir, "durable_app.py").write_text(DURABLE_APP)
+    Path(app_dir, "floor_app.py").write_text(FLOOR_APP)
     durables: list[Load] = []
+    floors: list[Load] = []
     servers: list[Server] = []
     pairs: list[tuple[Load, Load]] = []
     extra: dict[str, Load] = {}
@@ -802,6 +889,15 @@ def main() -> int:
                 report_problems(raw)
                 log(f"[round {r}] ratio switchboard-pg/durable-insert = {sb.rate / raw.rate if raw.rate else 0.0:.3f}")
                 durables.append(raw)
+            if not args.no_floor:
+                url = dbs.create(f"floor{r}")
+                low = reference_phase(floor_server(f"floor-{r}", app_dir, url), body, args, servers)
+                dbs.drop(url)
+                log(f"[round {r}] contract floor: {low.line()}")
+                report_problems(low)
+                log(f"[round {r}] ratio contract-floor/bare = {low.rate / bare.rate if bare.rate else 0.0:.3f};"
+                    f" switchboard-pg/contract-floor = {sb.rate / low.rate if low.rate else 0.0:.3f}")
+                floors.append(low)
 
         if not args.skip_sqlite:
             data_dir = os.path.join(tmp.name, "sqlite")
@@ -872,6 +968,16 @@ def main() -> int:
         if ratios:
             log(f"ratio switchboard-pg/durable-insert: best {max(ratios):.3f}, median {statistics.median(ratios):.3f}"
                 "  (the floor of a durable queue: one INSERT of the body per delivery, no verification or routing)")
+    if floors:
+        rates = [f.rate for f in floors]
+        of_bare = [f.rate / bare.rate for (_, bare), f in zip(pairs, floors) if bare.rate]
+        ours = [sb.rate / f.rate for (sb, _), f in zip(pairs, floors) if f.rate]
+        log(f"contract floor median {statistics.median(rates):8.1f}/s, best {max(rates):8.1f}/s"
+            f" (p50 {statistics.median(f.p50 for f in floors) * 1000:.1f} ms)")
+        if of_bare and ours:
+            log(f"ratio contract-floor/bare: best {max(of_bare):.3f}, median {statistics.median(of_bare):.3f}"
+                "  (verify + parse + one atomic INSERT of delivery, key and todo: no event log, no read models)")
+            log(f"ratio switchboard-pg/contract-floor: best {max(ours):.3f}, median {statistics.median(ours):.3f}")
     if "sqlite" in extra:
         sq = extra["sqlite"]
         bare_rates = [p[1].rate for p in pairs]
