@@ -20,6 +20,13 @@ import psycopg_pool
 
 from application.errors import ConfigurationError, StoreUnavailable
 
+# Every statement is planned for its own parameters. psycopg prepares a statement on the server
+# after 5 runs, and PostgreSQL then may switch to a generic plan chosen from the table's size
+# at that moment: the event log starts empty, so the look-up by stream id was cached as a
+# sequential scan and stayed one (measured: 3,287 scans reading 21.7 M rows in one 10 s ingest
+# run, ~0.7 ms of server CPU per delivery) until an ANALYZE, which nothing guarantees.
+PLAN_CACHE_MODE = "force_custom_plan"
+
 
 @dataclass(frozen=True)
 class DatabaseUrl:
@@ -60,7 +67,7 @@ class DatabaseUrl:
     def conninfo(self) -> str:
         return psycopg.conninfo.make_conninfo(
             host=self.host, port=self.port, user=self.user, password=self.password or None,
-            dbname=self.dbname, connect_timeout=5,
+            dbname=self.dbname, connect_timeout=5, options=f"-c plan_cache_mode={PLAN_CACHE_MODE}",
         )
 
 
