@@ -2,7 +2,7 @@
 
 Run:  .venv/bin/python bench/ingest.py [--quick] [--seconds 8] [--senders 8] [--rounds 3]
                                        [--pg-url URL] [--profile DIR | --no-profile] [--with-rule]
-                                       [--no-durable]
+                                       [--no-durable] [--no-floor]
 
 Every PostgreSQL database used here is created fresh on the admin URL (`bench_<run id>_...`)
 and dropped at the end, even on failure; every server started here is stopped in `finally`.
@@ -22,6 +22,11 @@ Phases, all in one run:
    Unless `--no-durable`, a second reference: the same app whose route first INSERTs the body
    into PostgreSQL (an async psycopg pool of 8, autocommit, synchronous commit) -- the floor of
    any durable queue on this database, which the target (against the bare route) leaves out.
+   Unless `--no-floor`, a third: the contract floor (FLOOR_APP), the least any implementation of
+   CONTRACT §4 does per delivery -- verify the signature, parse the JSON, one statement storing
+   the delivery, its idempotency key and one todo -- generous on purpose (secret in memory,
+   payload once, no event log, rules or read models), so its ratio to the bare route bounds
+   what any design can reach on this machine.
 3. Phases 1 and 2 alternate `--rounds` times (switchboard, bare, switchboard, bare, …); each
    ratio, the best and the median.
 4. The same Switchboard measurement on SQLite (fresh file in its own data dir).
