@@ -101,54 +101,9 @@ async def healthz() -> str:
 app = Litestar(route_handlers=[ingest, healthz], openapi_config=None)
 '''
 
-DURABLE_APP = '''\
-import os
-
-from litestar import Litestar, MediaType, Request, Response, get, post
-from psycopg_pool import AsyncConnectionPool
-
-pool = AsyncConnectionPool(os.environ["DURABLE_URL"], min_size=8, max_size=8, open=False,
-                           kwargs={"autocommit": True})
-
-
-async def open_pool() -> None:
-    await pool.open(wait=True)
-    async with pool.connection() as conn:
-        await conn.execute("CREATE TABLE IF NOT EXISTS raw_deliveries"
-                           " (id BIGSERIAL PRIMARY KEY, token TEXT NOT NULL, body BYTEA NOT NULL)")
-
-
-async def close_pool() -> None:
-    await pool.close()
-
-
-@post("/webhooks/w/{token:str}", status_code=202, media_type=MediaType.JSON, request_max_body_size=None)
-async def ingest(request: Request, token: str) -> Response:
-    body = await request.body()
-    async with pool.connection() as conn:
-        cursor = await conn.execute("INSERT INTO raw_deliveries (token, body) VALUES (%s, %b) RETURNING id",
-                                    (token, body))
-        (row_id,) = await cursor.fetchone()
-    return Response({"id": row_id}, status_code=202, media_type=MediaType.JSON)
-
-
-@get("/healthz", media_type=MediaType.TEXT)
-async def healthz() -> str:
-    return "ok"
-
-
-app = Litestar(route_handlers=[ingest, healthz], on_startup=[open_pool], on_shutdown=[close_pool],
-               openapi_config=None)
-'''
-
-
-# The least any implementation of CONTRACT §4 must do per delivery, written as directly as one
-# can: verify the GitHub signature, parse the JSON, and in ONE statement (one transaction,
-# synchronous commit) store the delivery, claim its idempotency key and store one todo that
-# points at the delivery's body. It is generous on purpose, so it is a floor and not a rival:
-# the webhook's secret sits in memory (no read, no decryption, no rotation check), the payload
-# is stored once, and there is no event log, no routing rules, no board, no read models.
-FLOOR_APP = """\
+# The two durable references share one frame: a pool of 8 autocommit connections opened with
+# the app (creating the app's tables), the route, and /healthz. `{tables}` and `{route}` fill it.
+POOLED_APP = """\
 import hashlib
 import hmac
 import json
@@ -158,9 +113,61 @@ from litestar import Litestar, MediaType, Request, Response, get, post
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-SECRET = os.environ["FLOOR_SECRET"].encode()
 pool = AsyncConnectionPool(os.environ["DURABLE_URL"], min_size=8, max_size=8, open=False,
-                           kwargs={"autocommit": True})
+                           kwargs={{"autocommit": True}})
+TABLES = {tables!r}
+
+
+async def open_pool() -> None:
+    await pool.open(wait=True)
+    async with pool.connection() as conn:
+        for table in TABLES:
+            await conn.execute(table)
+
+
+async def close_pool() -> None:
+    await pool.close()
+
+{route}
+
+@get("/healthz", media_type=MediaType.TEXT)
+async def healthz() -> str:
+    return "ok"
+
+
+app = Litestar(route_handlers=[ingest, healthz], on_startup=[open_pool], on_shutdown=[close_pool],
+               openapi_config=None)
+"""
+
+# The floor of any durable queue: one INSERT of the body per delivery, nothing verified or routed.
+DURABLE_APP = POOLED_APP.format(
+    tables=("CREATE TABLE IF NOT EXISTS raw_deliveries"
+            " (id BIGSERIAL PRIMARY KEY, token TEXT NOT NULL, body BYTEA NOT NULL)",),
+    route="""
+@post("/webhooks/w/{token:str}", status_code=202, media_type=MediaType.JSON, request_max_body_size=None)
+async def ingest(request: Request, token: str) -> Response:
+    body = await request.body()
+    async with pool.connection() as conn:
+        cursor = await conn.execute("INSERT INTO raw_deliveries (token, body) VALUES (%s, %b) RETURNING id",
+                                    (token, body))
+        (row_id,) = await cursor.fetchone()
+    return Response({"id": row_id}, status_code=202, media_type=MediaType.JSON)
+""")
+
+# The least any implementation of CONTRACT §4 must do per delivery, written as directly as one
+# can: verify the GitHub signature, parse the JSON, and in ONE statement (one transaction,
+# synchronous commit) store the delivery, claim its idempotency key and store one todo that
+# points at the delivery's body. It is generous on purpose, so it is a floor and not a rival:
+# the webhook's secret sits in memory (no read, no decryption, no rotation check), the payload
+# is stored once, and there is no event log, no routing rules, no board, no read models.
+FLOOR_APP = POOLED_APP.format(
+    tables=("CREATE TABLE IF NOT EXISTS floor_deliveries (id BIGSERIAL PRIMARY KEY,"
+            " token TEXT NOT NULL, headers JSONB NOT NULL, body BYTEA NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS floor_keys (token TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (token, key))",
+            "CREATE TABLE IF NOT EXISTS floor_todos (id BIGSERIAL PRIMARY KEY, delivery_id BIGINT NOT NULL,"
+            " queue TEXT NOT NULL, title TEXT NOT NULL, state TEXT NOT NULL)"),
+    route="""
+SECRET = os.environ["FLOOR_SECRET"].encode()
 STORE = (
     "WITH k AS (INSERT INTO floor_keys (token, key) VALUES (%(token)s, %(key)s)"
     "           ON CONFLICT DO NOTHING RETURNING key),"
@@ -170,22 +177,6 @@ STORE = (
     "       FROM d, k RETURNING id)"
     " SELECT (SELECT id FROM d), (SELECT id FROM t)"
 )
-
-
-async def open_pool() -> None:
-    await pool.open(wait=True)
-    async with pool.connection() as conn:
-        await conn.execute("CREATE TABLE IF NOT EXISTS floor_deliveries (id BIGSERIAL PRIMARY KEY,"
-                           " token TEXT NOT NULL, headers JSONB NOT NULL, body BYTEA NOT NULL)")
-        await conn.execute("CREATE TABLE IF NOT EXISTS floor_keys (token TEXT NOT NULL, key TEXT NOT NULL,"
-                           " PRIMARY KEY (token, key))")
-        await conn.execute("CREATE TABLE IF NOT EXISTS floor_todos (id BIGSERIAL PRIMARY KEY,"
-                           " delivery_id BIGINT NOT NULL, queue TEXT NOT NULL, title TEXT NOT NULL,"
-                           " state TEXT NOT NULL)")
-
-
-async def close_pool() -> None:
-    await pool.close()
 
 
 @post("/webhooks/w/{token:str}", status_code=202, media_type=MediaType.JSON, request_max_body_size=None)
@@ -205,16 +196,7 @@ async def ingest(request: Request, token: str) -> Response:
         delivery_id, todo_id = await cursor.fetchone()
     return Response({"delivery": delivery_id, "todo": todo_id, "created": int(todo_id is not None)},
                     status_code=202, media_type=MediaType.JSON)
-
-
-@get("/healthz", media_type=MediaType.TEXT)
-async def healthz() -> str:
-    return "ok"
-
-
-app = Litestar(route_handlers=[ingest, healthz], on_startup=[open_pool], on_shutdown=[close_pool],
-               openapi_config=None)
-"""
+""")
 
 
 # -- processes ---------------------------------------------------------------------------
@@ -374,16 +356,10 @@ def bare_server(label: str, app_dir: str) -> Server:
     return Server(label, argv, clean_env(), app_dir, port)
 
 
-def durable_server(label: str, app_dir: str, database_url: str) -> Server:
+def pooled_server(label: str, app_dir: str, module: str, database_url: str) -> Server:
+    """One of the references built on POOLED_APP (`durable_app`, `floor_app`) on its own database."""
     port = free_port()
-    argv = [sys.executable, "-m", "uvicorn", "durable_app:app", "--app-dir", app_dir, "--host", "127.0.0.1",
-            "--port", str(port), "--log-level", "warning"]
-    return Server(label, argv, clean_env(DURABLE_URL=database_url), app_dir, port)
-
-
-def floor_server(label: str, app_dir: str, database_url: str) -> Server:
-    port = free_port()
-    argv = [sys.executable, "-m", "uvicorn", "floor_app:app", "--app-dir", app_dir, "--host", "127.0.0.1",
+    argv = [sys.executable, "-m", "uvicorn", f"{module}:app", "--app-dir", app_dir, "--host", "127.0.0.1",
             "--port", str(port), "--log-level", "warning"]
     return Server(label, argv, clean_env(DURABLE_URL=database_url, FLOOR_SECRET=REFERENCE_SECRET), app_dir, port)
 
@@ -628,6 +604,19 @@ def reference_phase(server: Server, body: bytes, args: argparse.Namespace, serve
                      warmup=args.warmup, seconds=args.seconds)
     finally:
         server.stop()
+
+
+def pooled_phase(name: str, r: int, title: str, app_dir: str, dbs: Databases, body: bytes,
+                 args: argparse.Namespace, servers: list[Server]) -> Load:
+    """Round r of a POOLED_APP reference (`{name}_app`), on a database of its own, dropped after."""
+    url = dbs.create(f"{name}{r}")
+    try:
+        load = reference_phase(pooled_server(f"{name}-{r}", app_dir, f"{name}_app", url), body, args, servers)
+    finally:
+        dbs.drop(url)
+    log(f"[round {r}] {title}: {load.line()}")
+    report_problems(load)
+    return load
 
 
 def report_problems(result: Load) -> None:
@@ -887,19 +876,11 @@ def main() -> int:
             log(f"[round {r}] ratio switchboard-pg/bare = {ratio:.3f}")
             pairs.append((sb, bare))
             if not args.no_durable:
-                url = dbs.create(f"durable{r}")
-                raw = reference_phase(durable_server(f"durable-{r}", app_dir, url), body, args, servers)
-                dbs.drop(url)
-                log(f"[round {r}] durable insert: {raw.line()}")
-                report_problems(raw)
+                raw = pooled_phase("durable", r, "durable insert", app_dir, dbs, body, args, servers)
                 log(f"[round {r}] ratio switchboard-pg/durable-insert = {sb.rate / raw.rate if raw.rate else 0.0:.3f}")
                 durables.append(raw)
             if not args.no_floor:
-                url = dbs.create(f"floor{r}")
-                low = reference_phase(floor_server(f"floor-{r}", app_dir, url), body, args, servers)
-                dbs.drop(url)
-                log(f"[round {r}] contract floor: {low.line()}")
-                report_problems(low)
+                low = pooled_phase("floor", r, "contract floor", app_dir, dbs, body, args, servers)
                 log(f"[round {r}] ratio contract-floor/bare = {low.rate / bare.rate if bare.rate else 0.0:.3f};"
                     f" switchboard-pg/contract-floor = {sb.rate / low.rate if low.rate else 0.0:.3f}")
                 floors.append(low)
