@@ -20,12 +20,21 @@ import psycopg_pool
 
 from application.errors import ConfigurationError, StoreUnavailable
 
-# Every statement is planned for its own parameters. psycopg prepares a statement on the server
-# after 5 runs, and PostgreSQL then may switch to a generic plan chosen from the table's size
-# at that moment: the event log starts empty, so the look-up by stream id was cached as a
-# sequential scan and stayed one (measured: 3,287 scans reading 21.7 M rows in one 10 s ingest
-# run, ~0.7 ms of server CPU per delivery) until an ANALYZE, which nothing guarantees.
-PLAN_CACHE_MODE = "force_custom_plan"
+# Every statement is planned for its parameters and for the table as it is now (docs/adr/0013).
+# psycopg prepares a statement on the server after 5 runs, and PostgreSQL may then keep a generic
+# plan costed on the table as it was: the event log starts with a handful of rows, so the stream
+# look-up was cached as a sequential scan and stayed one (measured: 3,287 scans reading 21.7 M
+# rows in one 10 s ingest run, ~0.7 ms of PostgreSQL CPU per delivery) until an ANALYZE, which
+# nothing guarantees. Set after connecting, not as a startup option: that would replace the
+# operator's PGOPTIONS, and poolers such as PgBouncer refuse startup options they do not track.
+PLAN_PER_RUN = "SET plan_cache_mode = force_custom_plan"
+
+
+def plan_per_run(conn: psycopg.Connection) -> None:
+    """Connection set-up: custom plans only (a pool's `configure`, or right after connecting)."""
+    conn.execute(PLAN_PER_RUN)
+    if not conn.autocommit:
+        conn.commit()
 
 
 @dataclass(frozen=True)
@@ -67,7 +76,7 @@ class DatabaseUrl:
     def conninfo(self) -> str:
         return psycopg.conninfo.make_conninfo(
             host=self.host, port=self.port, user=self.user, password=self.password or None,
-            dbname=self.dbname, connect_timeout=5, options=f"-c plan_cache_mode={PLAN_CACHE_MODE}",
+            dbname=self.dbname, connect_timeout=5,
         )
 
 
@@ -87,10 +96,10 @@ class Tx:
 
     def execute(self, sql: str, params: Sequence[Any] = (), *, binary: bool = False) -> list[tuple]:
         """`binary`: PostgreSQL sends the results in binary format (bytea as bytes, not hex)."""
-        if binary and not self._sqlite:
-            self._cursor.execute(sql, tuple(params), binary=True)
-        else:
+        if self._sqlite:
             self._cursor.execute(self._sql(sql), tuple(params))
+        else:  # without parameters a prepared plan is generic by definition: planned each run instead
+            self._cursor.execute(sql, tuple(params), binary=binary, prepare=False if not params else None)
         if self._cursor.description is None:
             return []
         return [tuple(row) for row in self._cursor.fetchall()]
@@ -145,7 +154,7 @@ class Database:
         if self.dialect == "postgres":
             self._pool = psycopg_pool.ConnectionPool(
                 url.conninfo(), min_size=1, max_size=pool_size, open=False,
-                kwargs={"autocommit": True}, timeout=10,
+                kwargs={"autocommit": True}, configure=plan_per_run, timeout=10,
             )
         else:
             Path(url.path).parent.mkdir(parents=True, exist_ok=True)

@@ -36,7 +36,7 @@ from domain.todo import (
     LeaseExpired, Todo, TodoClaimed, TodoFailed, TodoOpened, TodoReleased, TodoRequeued,
 )
 from interfaces.store.codec import EventCodec
-from interfaces.store.database import Database, DatabaseUrl, LockBusy, Tx
+from interfaces.store.database import Database, DatabaseUrl, LockBusy, Tx, plan_per_run
 from interfaces.store.recorders import PostgresEventRecorder, SqliteEventRecorder
 from interfaces.store.rings import RINGS_DDL
 from projections.base import Projection, Tracking, micros
@@ -161,6 +161,19 @@ class _Unit:
                 self._batch.aggregates[aggregate_id] = saved
 
 
+class _Datastore(PostgresDatastore):
+    """eventsourcing's connections (stream and log reads) plan every run too, like ours."""
+
+    def after_connect_func(self) -> Callable[[Any], None]:
+        configure = super().after_connect_func()
+
+        def after_connect(conn: Any) -> None:  # no reference to self: the pool keeps this function
+            configure(conn)
+            plan_per_run(conn)
+
+        return after_connect
+
+
 def _use_lz4(tx: Tx, table: str, column: str) -> None:
     """Compresses the column with lz4 from now on, when this server has lz4 and it is not yet set
     (the ALTER takes the table's strongest lock: never taken when there is nothing to change)."""
@@ -214,7 +227,7 @@ class SqlEventStore:
                 # server is already checked, with a timeout, by self.db.open() above.
                 # eventsourcing's datastore serves reads (streams, the log); appends go through
                 # the recorder's own one-round-trip connection (recorders.py)
-                self.datastore = PostgresDatastore(
+                self.datastore = _Datastore(
                     url.dbname, url.host, url.port, url.user, url.password,
                     pool_size=4, max_overflow=8, connect_timeout=5,
                 )

@@ -21,7 +21,7 @@ from psycopg.sql import SQL, Identifier
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 
-from interfaces.store.database import run_ops
+from interfaces.store.database import plan_per_run, run_ops
 from projections.base import Op
 
 
@@ -73,6 +73,7 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
         conn = getattr(self._local, "conn", None)
         if conn is None or conn.closed:
             conn = psycopg.connect(self._conninfo, autocommit=True)
+            plan_per_run(conn)
             self._local.conn = conn
         return conn
 
