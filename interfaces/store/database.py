@@ -31,10 +31,9 @@ PLAN_PER_RUN = "SET plan_cache_mode = force_custom_plan"
 
 
 def plan_per_run(conn: psycopg.Connection) -> None:
-    """Connection set-up: custom plans only (a pool's `configure`, or right after connecting)."""
+    """Set-up of an autocommit connection: custom plans only (a pool's `configure`, or right after
+    connecting)."""
     conn.execute(PLAN_PER_RUN)
-    if not conn.autocommit:
-        conn.commit()
 
 
 @dataclass(frozen=True)
