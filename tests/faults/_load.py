@@ -220,8 +220,13 @@ class Load:
             answer.seconds = time.monotonic() - started
             self.record(answer)
             raise
-        except MCPError as error:  # a JSON-RPC error answer, not a tool result: the session goes on
-            answer.outcome, answer.detail = "error", f"MCPError {error.code}: {error.message} {error.data!r}"[:300]
+        except MCPError as error:  # a JSON-RPC error, not a tool result: the session goes on
+            detail = f"MCPError {error.code}: {error.message}"
+            if error.message == "Server returned an error response":  # how the client reports an HTTP error status
+                detail += " (an HTTP error status instead of a tool result)"
+            # the client's own words for a response stream cut off (a killed server): outcome unknown
+            answer.outcome = "lost" if error.message == "SSE stream ended without a response" else "error"
+            answer.detail = detail[:300]
             answer.seconds = time.monotonic() - started
             self.record(answer)
             return answer

@@ -143,30 +143,32 @@ def backends_killed(dep: Deployment) -> tuple[float, float]:
 
 
 def connections_exhausted(dep: Deployment) -> tuple[float, float]:
-    """Another client takes every connection but FEW_LEFT (the servers' own are cut first, so they
-    must reconnect into what is left), holds them EXHAUST_FOR s, then lets go."""
+    """Another client takes every connection but FEW_LEFT and holds them EXHAUST_FOR s, then lets
+    go. To leave the servers exactly FEW_LEFT, their role is refused new connections for the
+    moment it takes: their backends are cut, the other client fills the freed slots, the role is
+    let in again (it reconnects into what is left)."""
     cluster = dep.cluster
     hog_role = f"{dep.role}_hog"
     cluster.execute(f'CREATE ROLE "{hog_role}" LOGIN')
+    dep.connections_before = cluster.connections(dep.role)
     hog: list[psycopg.Connection] = []
     began = time.monotonic()
     try:
-        cluster.terminate(dep.role)
-        while True:
-            try:
-                free = cluster.free_slots()
-            except psycopg.OperationalError:
-                free = 0
-            if free <= FEW_LEFT:
-                break
-            for _ in range(free - FEW_LEFT):
+        cluster.execute(f'ALTER ROLE "{dep.role}" CONNECTION LIMIT 0')
+        try:
+            cluster.terminate(dep.role)
+            time.sleep(0.05)  # the terminated backends leave their slots
+            for _ in range(max(cluster.free_slots() - FEW_LEFT, 0)):
                 try:
-                    hog.append(psycopg.connect(cluster.url("postgres", hog_role), autocommit=True, connect_timeout=2))
+                    hog.append(psycopg.connect(cluster.url("postgres", hog_role), autocommit=True,
+                                               connect_timeout=2))
                 except psycopg.OperationalError:
                     break
+        finally:
+            cluster.execute(f'ALTER ROLE "{dep.role}" CONNECTION LIMIT -1')
         dep.hogged = len(hog)
-        dep.left = cluster.free_slots()
         time.sleep(EXHAUST_FOR)
+        dep.connections_during = cluster.connections(dep.role)
     finally:
         for conn in hog:
             conn.close()
@@ -180,6 +182,7 @@ def one_of_two_killed(dep: Deployment) -> tuple[float, float]:
     victim.kill()
     time.sleep(1.0)
     victim.start().wait_healthy(timeout=30)
+    dep.restarts = [round(time.monotonic() - began, 2)]
     return began, time.monotonic()
 
 
@@ -187,9 +190,12 @@ def kill_cycles(dep: Deployment) -> tuple[float, float]:
     """KILL_CYCLES times in a row: `kill -9` of the server, started again at once, a second of load."""
     server = dep.servers[0]
     began = time.monotonic()
+    dep.restarts = []
     for _ in range(KILL_CYCLES):
         server.kill()
+        killed = time.monotonic()
         server.start().wait_healthy(timeout=30)
+        dep.restarts.append(round(time.monotonic() - killed, 2))
         time.sleep(1.0)
     return began, time.monotonic()
 
@@ -302,7 +308,7 @@ def run(name: str, cluster: Cluster, root: Path, *, pre: float = 2.0, post: floa
         dep.wait_serving()
         ledger = Ledger.read(dep)
         verify = dep.verify()
-        notes = {k: getattr(dep, k) for k in ("killed", "hogged", "left") if hasattr(dep, k)}
+        notes = {k: getattr(dep, k) for k in ("killed", "hogged", "connections_before", "connections_during", "restarts") if hasattr(dep, k)}
     finally:
         exit_codes = dep.stop()
     return Outcome(name, scenario, load.snapshot(), began, ended, load_ended, ledger, verify, fault_stderr,
