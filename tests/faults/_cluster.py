@@ -9,9 +9,11 @@ cluster alone: the session's cluster on 5432 is never stopped, restarted or touc
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import socket
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -30,7 +32,27 @@ def unavailable_reason() -> str | None:
             return f"{tool} not found (Debian's postgresql-common makes the fault suite's disposable clusters)"
     if not Path(f"/usr/lib/postgresql/{VERSION}/bin/postgres").exists():
         return f"PostgreSQL {VERSION} binaries not found in /usr/lib/postgresql/{VERSION}/bin"
+    if os.geteuid() != 0 and pwd.getpwuid(os.geteuid()).pw_name != "postgres":
+        return "pg_createcluster needs root or the postgres user"
     return None
+
+
+PREFIX = "sbfault_"
+
+
+def drop_stale() -> list[str]:
+    """Drops the clusters of fault runs whose process is gone (a run killed before its `finally`)."""
+    listing = subprocess.run(["pg_lsclusters", "--no-header"], capture_output=True, text=True).stdout
+    dropped = []
+    for line in listing.splitlines():
+        fields = line.split()
+        if len(fields) < 2 or fields[0] != VERSION or not fields[1].startswith(PREFIX):
+            continue
+        pid = fields[1][len(PREFIX):].split("_")[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            subprocess.run(["pg_dropcluster", "--stop", VERSION, fields[1]], capture_output=True)
+            dropped.append(fields[1])
+    return dropped
 
 
 def free_port() -> int:
@@ -43,7 +65,7 @@ class Cluster:
     """One throw-away cluster; `drop()` stops and removes it (call it in a `finally`)."""
 
     def __init__(self, *, max_connections: int = 60) -> None:
-        self.name = f"sbfault_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+        self.name = f"{PREFIX}{os.getpid()}_{uuid.uuid4().hex[:6]}"
         self.port = free_port()
         assert self.port != SESSION_PORT and self.name != "main"
         self.max_connections = max_connections
@@ -55,6 +77,7 @@ class Cluster:
             raise RuntimeError(f"{' '.join(args)} exited {done.returncode}:\n{done.stdout}{done.stderr}")
 
     def create(self) -> Cluster:
+        drop_stale()
         self._ctl("pg_createcluster", VERSION, self.name, "-p", str(self.port), "--start-conf", "manual",
                   "--", "--auth=trust")
         self.created = True
@@ -73,6 +96,22 @@ class Cluster:
     def stop(self, mode: str = "fast") -> None:
         """`fast` ends every session and shuts down cleanly; `immediate` is a crash (recovery at start)."""
         self._ctl("pg_ctlcluster", VERSION, self.name, "stop", "-m", mode)
+
+    def accepting(self) -> bool:
+        try:
+            psycopg.connect(self.url(), connect_timeout=1).close()
+            return True
+        except psycopg.OperationalError:
+            return False
+
+    def wait_accepting(self, timeout: float = 60) -> float:
+        """Polls until the cluster accepts a connection; returns that moment (time.monotonic())."""
+        deadline = time.monotonic() + timeout
+        while not self.accepting():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"cluster {self.name} not accepting connections after {timeout} s")
+            time.sleep(0.02)
+        return time.monotonic()
 
     def drop(self) -> None:
         if self.created:

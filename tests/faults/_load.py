@@ -30,6 +30,7 @@ CLIENT_TIMEOUT = 15.0  # seconds: a hang is recorded as `timeout`, long past any
 STORE_DOWN = {"error": "store down", "code": "unavailable"}
 LEASE_SECONDS = 3600  # no lease lapses during a scenario: a second claim of a todo is a bug
 PAUSE_AFTER_REFUSAL = 0.05
+HTTP_ERROR_STATUS = "Server returned an error response"  # the mcp client's words for a non-2xx answer
 
 
 @dataclass
@@ -220,16 +221,20 @@ class Load:
             answer.seconds = time.monotonic() - started
             self.record(answer)
             raise
-        except MCPError as error:  # a JSON-RPC error, not a tool result: the session goes on
-            detail = f"MCPError {error.code}: {error.message}"
-            if error.message == "Server returned an error response":  # how the client reports an HTTP error status
-                detail += " (an HTTP error status instead of a tool result)"
-            # the client's own words for a response stream cut off (a killed server): outcome unknown
-            answer.outcome = "lost" if error.message == "SSE stream ended without a response" else "error"
-            answer.detail = detail[:300]
+        except MCPError as error:  # a JSON-RPC error, not a tool result
+            answer.detail = f"MCPError {error.code}: {error.message}"[:300]
             answer.seconds = time.monotonic() - started
+            if error.message == HTTP_ERROR_STATUS:  # the server answered: the session goes on
+                answer.outcome = "error"
+                answer.detail += " (an HTTP error status instead of a tool result)"
+                self.record(answer)
+                return answer
+            # "Session terminated": the server does not know the session (it was restarted), so
+            # nothing ran; anything else ("Connection closed", "SSE stream ended without a
+            # response") is the connection cut under the call (a killed server): outcome unknown
+            answer.outcome = "refused" if error.message == "Session terminated" else "lost"
             self.record(answer)
-            return answer
+            raise
         except Exception as error:
             answer.outcome, answer.detail = "lost", _describe(error)
             answer.seconds = time.monotonic() - started

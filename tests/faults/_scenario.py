@@ -14,6 +14,7 @@ import re
 import secrets
 import signal
 import subprocess
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -32,7 +33,7 @@ from tests.faults._load import Answer, Load
 
 OUTAGE = 2.0  # seconds the database stays stopped in `pg_restart`
 TERMINATE_FOR = 2.0  # seconds of repeated pg_terminate_backend in `backends_killed`
-TERMINATE_EVERY = 0.1
+TERMINATE_EVERY = 0.02
 EXHAUST_FOR = 3.0  # seconds another client holds all but FEW_LEFT connections
 FEW_LEFT = 2
 KILL_CYCLES = 5
@@ -75,6 +76,9 @@ class Deployment:
         self.cluster = cluster
         self.root = root
         self.url, self.role = cluster.new_database()
+        # the checks read as the superuser: its reserved slots keep them working when the servers'
+        # role has used up the cluster (which is then the servers' finding, not the checks')
+        self.check_url = cluster.url(self.role, "postgres")
         self.secret_key = secrets.token_hex(32)
         self.server_env = {"SWITCHBOARD_INGEST_RATE": "0", "SWITCHBOARD_SECRET_KEY": self.secret_key, **server_env}
         self.servers: list[FaultServer] = []
@@ -109,7 +113,8 @@ class Deployment:
             server.wait_healthy(timeout=timeout)
 
     def verify(self) -> Result:
-        return self.cli.run("projections", "rebuild", "--verify", timeout=120)
+        return self.cli.run("projections", "rebuild", "--verify", timeout=120,
+                            env={"SWITCHBOARD_DATABASE_URL": self.check_url})
 
     def stop(self) -> dict[str, int | None]:
         return {s.out_path.stem: s.stop() for s in self.servers}
@@ -122,9 +127,13 @@ def pg_restart(dep: Deployment) -> tuple[float, float]:
     """PostgreSQL stopped (`-m fast`: every session ended), down OUTAGE s, started again."""
     began = time.monotonic()
     dep.cluster.stop("fast")
+    dep.stopped_after = round(time.monotonic() - began, 2)
     time.sleep(OUTAGE)
-    dep.cluster.start()
-    return began, time.monotonic()
+    starting = threading.Thread(target=dep.cluster.start)  # pg_ctlcluster returns a while after
+    starting.start()
+    back = dep.cluster.wait_accepting()  # the fault ends when PostgreSQL accepts connections again
+    starting.join()
+    return began, back
 
 
 def backends_killed(dep: Deployment) -> tuple[float, float]:
@@ -235,7 +244,8 @@ class Ledger:
 
     @classmethod
     def read(cls, dep: Deployment) -> Ledger:
-        container = build(Settings(database_url=dep.url, data_dir=str(dep.data_dir), secret_key=dep.secret_key))
+        container = build(Settings(database_url=dep.check_url, data_dir=str(dep.data_dir),
+                                   secret_key=dep.secret_key))
         deliveries: dict[str, list[str]] = defaultdict(list)
         opened: set[str] = set()
         claims: Counter = Counter()
@@ -308,7 +318,7 @@ def run(name: str, cluster: Cluster, root: Path, *, pre: float = 2.0, post: floa
         dep.wait_serving()
         ledger = Ledger.read(dep)
         verify = dep.verify()
-        notes = {k: getattr(dep, k) for k in ("killed", "hogged", "connections_before", "connections_during", "restarts") if hasattr(dep, k)}
+        notes = {k: getattr(dep, k) for k in ("stopped_after", "killed", "hogged", "connections_before", "connections_during", "restarts") if hasattr(dep, k)}
     finally:
         exit_codes = dep.stop()
     return Outcome(name, scenario, load.snapshot(), began, ended, load_ended, ledger, verify, fault_stderr,
@@ -325,7 +335,7 @@ def log_records(stderr: str) -> list[tuple[str, str, str]]:
 ANSWER_BUDGET = 2.0  # seconds: the contract's 1 s, plus 1 s for a loaded 2-core machine
 RECOVERY_BUDGET = 5.0  # seconds from the fault's end to a successful request of each kind
 INGEST_OUTCOMES = {"ok", "unavailable", "refused", "lost", "timeout"}
-TOOL_OUTCOMES = {"ok", "empty", "unavailable", "conflict", "lost", "timeout"}
+TOOL_OUTCOMES = {"ok", "empty", "unavailable", "conflict", "refused", "lost", "timeout"}
 
 
 def unstored_202s(o: Outcome) -> list[str]:

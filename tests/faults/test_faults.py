@@ -32,6 +32,7 @@ from tests.faults._cluster import REQUIRE_PG, Cluster, unavailable_reason
 
 pytestmark = [pytest.mark.fault, pytest.mark.postgres, pytest.mark.slow]
 
+CLUSTER_CONNECTIONS = 100  # as the cluster where a 6th server failed
 STORE_FAULTS = [name for name, s in scenarios.SCENARIOS.items() if s.store_fault]
 
 
@@ -42,7 +43,7 @@ def cluster() -> Iterator[Cluster]:
         if REQUIRE_PG:
             pytest.fail(f"SWITCHBOARD_REQUIRE_POSTGRES=1 but {reason}")
         pytest.skip(reason)
-    cluster = Cluster(max_connections=40)
+    cluster = Cluster(max_connections=CLUSTER_CONNECTIONS)
     try:
         cluster.create()
         yield cluster
