@@ -67,7 +67,7 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
 
     @get("/healthz", media_type=MediaType.TEXT, sync_to_thread=True, include_in_schema=False)
     def healthz() -> Response[str]:
-        if not container.store.db.ping(timeout=2.0):
+        if not container.store.db.ping():
             return Response("store down", status_code=503, media_type=MediaType.TEXT)
         return Response(f"ok {VERSION}", media_type=MediaType.TEXT)
 

@@ -241,7 +241,7 @@ class McpGateway:
         try:
             principal = await self._authenticate(credential) if credential is not None else None
         except StoreUnavailable:
-            return await _refuse(send, 503, "unavailable", "store down")
+            return await self._store_down(scope, receive, send, method)
         if principal is None:
             return await _refuse(send, 401, "unauthorized", "missing, unknown, revoked or expired credential",
                                  {"WWW-Authenticate": WWW_AUTHENTICATE})
@@ -258,6 +258,26 @@ class McpGateway:
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
             return await self._refuse_modern_era(send, version, _request_id(body))
         await self._dispatch(scope, receive, send, principal, body if method == "POST" else None, rest)
+
+    @staticmethod
+    async def _store_down(scope: Scope, receive: Receive, send: Send, method: str) -> None:
+        """The credential cannot be checked while the store is down. A tool call is answered as the
+        tool error `unavailable: store down` (CONTRACT §12: nothing was done), in the JSON-RPC
+        answer the client waits for; anything else is the HTTP 503."""
+        request_id = None
+        if method == "POST":
+            try:
+                body, _ = await _read_body(scope, receive)
+                message = json.loads(body)
+            except (_TooLarge, ValueError):
+                message = None
+            if isinstance(message, dict) and message.get("method") == "tools/call":
+                request_id = message.get("id")
+        if request_id is None:
+            return await _refuse(send, 503, "unavailable", "store down")
+        await _respond(send, 200, {"jsonrpc": "2.0", "id": request_id, "result": {
+            "content": [{"type": "text", "text": "unavailable: store down"}], "isError": True,
+        }})
 
     @staticmethod
     async def _refuse_modern_era(send: Send, version: str, request_id: Any) -> None:
