@@ -94,7 +94,7 @@ class LockBusy(StoreUnavailable):
     """A lock was not granted within the `lock_timeout_ms` its transaction asked for."""
 
 
-def _idle_and_sound(conn: psycopg.Connection) -> bool:
+def idle_and_sound(conn: psycopg.Connection) -> bool:
     """A pooled connection is reusable: open, idle, and nothing waiting on its socket. An idle
     session is sent nothing unasked, so anything readable is the server's goodbye (a FATAL before
     it closed: a restart, pg_terminate_backend) or the end of the stream: one poll, no round trip."""
@@ -149,7 +149,7 @@ class Connections:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
                 break
-            if _idle_and_sound(conn):
+            if idle_and_sound(conn):
                 return conn
             with contextlib.suppress(Exception):
                 conn.close()

@@ -25,7 +25,7 @@ from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 
 from application.errors import CommitOutcomeUnknown
-from interfaces.store.database import DatabaseUrl, first_line, plan_per_run, run_ops
+from interfaces.store.database import DatabaseUrl, first_line, idle_and_sound, plan_per_run, run_ops
 from projections.base import Op
 
 log = logging.getLogger("switchboard.store")
@@ -89,7 +89,10 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
 
     def _connection(self) -> psycopg.Connection:
         conn = getattr(self._local, "conn", None)
-        if conn is None or conn.closed:
+        if conn is not None and not idle_and_sound(conn):  # e.g. the server restarted since
+            self._discard()
+            conn = None
+        if conn is None:
             # a name of its own, so that after a lost answer this very session can be found and ended
             name = f"switchboard-writer-{uuid4().hex[:16]}"
             conn = psycopg.connect(self._url.conninfo(application_name=name), autocommit=True)
