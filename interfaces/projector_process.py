@@ -55,7 +55,7 @@ def _open_store(settings: Settings, stop: threading.Event) -> SqlEventStore | No
     while True:
         try:
             store = SqlEventStore(DatabaseUrl.parse(settings.database_url), SystemClock(), all_projections(),
-                                  pool_size=POOL_SIZE).open()
+                                  pool_size=POOL_SIZE, application_name="switchboard-projector").open()
         except StoreUnavailable as error:
             if not failing:
                 log.warning("projector: store unavailable (%s); retrying with back-off", first_line(error))

@@ -272,7 +272,8 @@ def run_ops(cursor: Any, ops: Sequence[tuple[str, Sequence[Any]]], placeholder: 
 class Database:
     """Connections for read models: a pool on PostgreSQL, one connection per thread on SQLite."""
 
-    def __init__(self, url: DatabaseUrl, *, pool_size: int = DEFAULT_POOL_SIZE) -> None:
+    def __init__(self, url: DatabaseUrl, *, pool_size: int = DEFAULT_POOL_SIZE,
+                 application_name: str = "switchboard") -> None:
         self.url = url
         self.dialect = url.dialect
         self._local = threading.local()
@@ -280,7 +281,7 @@ class Database:
         self._lock = threading.Lock()
         self._pool: Connections | None = None
         if self.dialect == "postgres":
-            self._pool = Connections(url.conninfo(), pool_size, plan_per_run)
+            self._pool = Connections(url.conninfo(application_name=application_name), pool_size, plan_per_run)
         else:
             Path(url.path).parent.mkdir(parents=True, exist_ok=True)
 

@@ -210,11 +210,11 @@ class SqlEventStore:
     """The EventStore port on SQLite or PostgreSQL."""
 
     def __init__(self, url: DatabaseUrl, clock: Clock, projections: Sequence[Projection], *,
-                 pool_size: int = DEFAULT_POOL_SIZE) -> None:
+                 pool_size: int = DEFAULT_POOL_SIZE, application_name: str = "switchboard") -> None:
         self.url = url
         self.clock = clock
         self.codec = EventCodec()
-        self.db = Database(url, pool_size=pool_size)
+        self.db = Database(url, pool_size=pool_size, application_name=application_name)
         self.projections = tuple(projections)
         self.inline = tuple(p for p in self.projections if p.inline)
         self.datastore: Any = None
