@@ -194,6 +194,21 @@ class _Datastore(PostgresDatastore):
             raise PersistenceError(str(error)) from error
 
 
+def _create(tx: Tx, statement: Any) -> None:
+    """One of the library's DDL statements; a type that exists is kept (CREATE TYPE has no IF NOT
+    EXISTS: the library runs it in a transaction of its own, here a savepoint)."""
+    if "CREATE TYPE" not in statement.as_string():
+        tx.execute(statement)
+        return
+    tx.execute("SAVEPOINT sb_create_type")
+    try:
+        tx.execute(statement)
+    except psycopg.errors.DuplicateObject:
+        tx.execute("ROLLBACK TO SAVEPOINT sb_create_type")
+    else:
+        tx.execute("RELEASE SAVEPOINT sb_create_type")
+
+
 def _use_lz4(tx: Tx, table: str, column: str) -> None:
     """Compresses the column with lz4 from now on, when this server has lz4 and it is not yet set
     (the ALTER takes the table's strongest lock: never taken when there is nothing to change)."""
@@ -254,7 +269,10 @@ class SqlEventStore:
             if self.url.dialect == "postgres":
                 with self.db.transaction() as tx:
                     tx.execute("SELECT pg_advisory_xact_lock(715517)")
-                    self.recorder.create_table()
+                    # the library's create_table() on this transaction's connection, not a second one
+                    # from the pool (a pool of one would wait for itself)
+                    for statement in self.recorder.sql_create_statements:
+                        _create(tx, statement)
                     # lz4 compresses event bodies several times faster than the default pglz. Only
                     # when not yet set, and before any projection DDL: ALTER takes the events table's
                     # strongest lock, and taking it while holding a projection table's lock would
