@@ -3,6 +3,8 @@ without touching the shared cluster).
 
 - `refuse()`: the database is unreachable: every open connection is cut and new ones are refused
   (the listening socket is closed); `restore()` listens on the same port again.
+- `blackhole()`: every open connection is cut and new ones are accepted but never answered (a
+  network that drops packets); `restore()` ends it.
 - `arm("after_commit")`: the next append of a writer connection (named `switchboard-writer-…` in
   its startup packet) reaches PostgreSQL and commits; the proxy drops PostgreSQL's answer to the
   COMMIT and cuts the writer's connection: the commit happened, its answer never arrived.
@@ -90,6 +92,8 @@ class PgProxy:
         self.links: list[_Link] = []
         self.cuts = 0
         self._armed: object = None
+        self._holes: list[socket.socket] = []
+        self.swallow = False
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self.restore()
@@ -103,6 +107,13 @@ class PgProxy:
         return proxy, urlunparse(parsed._replace(netloc=netloc))
 
     def restore(self) -> None:
+        if self.swallow:
+            self.swallow = False
+            with self._lock:
+                holes, self._holes = self._holes, []
+            for hole in holes:
+                _close(hole)
+            return
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", self.port))
@@ -115,6 +126,13 @@ class PgProxy:
         listener, self._listener = self._listener, None
         if listener is not None:
             _close(listener)
+        with self._lock:
+            links, self.links = self.links, []
+        for link in links:
+            link.close()
+
+    def blackhole(self) -> None:
+        self.swallow = True
         with self._lock:
             links, self.links = self.links, []
         for link in links:
@@ -135,6 +153,10 @@ class PgProxy:
                 client, _ = listener.accept()
             except OSError:
                 return
+            if self.swallow:
+                with self._lock:
+                    self._holes.append(client)
+                continue
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
                 upstream.settimeout(None)

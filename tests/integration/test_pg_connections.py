@@ -26,6 +26,7 @@ from interfaces.settings import Settings
 from interfaces.store.database import Database, DatabaseUrl
 from tests.conftest import PG_ADMIN_URL
 from tests.e2e._support import Server, clean_env
+from tests.integration._pgproxy import PgProxy
 
 pytestmark = pytest.mark.postgres
 
@@ -75,6 +76,28 @@ def test_a_request_waits_at_most_a_second_for_a_free_connection(pg_url):
         holder.join()
     assert db.query("SELECT 1") == [(1,)]
     db.close()
+
+
+def test_a_connect_that_hangs_costs_a_request_one_second_and_the_store_is_back_at_once(pg_url):
+    proxy, proxied = PgProxy.before(pg_url)
+    db = Database(DatabaseUrl.parse(proxied), pool_size=2)
+    db.open()
+    try:
+        assert db.query("SELECT 1") == [(1,)]
+        proxy.blackhole()  # a network that drops packets: libpq's shortest connect timeout is 2 s
+        for _ in range(2):
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable):
+                db.query("SELECT 1")
+            took = time.monotonic() - started
+            assert took < 1.5, took
+        proxy.restore()
+        started = time.monotonic()
+        assert db.query("SELECT 1") == [(1,)]
+        assert time.monotonic() - started < 1.0
+    finally:
+        proxy.close()
+        db.close()
 
 
 def test_a_serve_process_opens_its_pool_and_four_more_connections_at_most(pg_url, tmp_path):
