@@ -86,6 +86,15 @@ def test_slow_answers_during_the_fault_are_found():
     assert len(s.slow_answers(o)) == 1
 
 
+def test_a_commit_in_flight_when_the_store_went_may_be_answered_once_it_is_back():
+    o = outcome([ingest("unavailable", "d1", started=10.1, seconds=3.0),  # resolved 1.1 s after the return
+                 ingest("unavailable", "d2", started=10.1, seconds=5.0),  # 3.1 s after: too late
+                 ingest("unavailable", "d3", started=10.6, seconds=2.5)])  # asked once the store was gone
+    o.notes["stopped_after"] = 0.3
+    assert [p.split()[0:4] for p in s.slow_answers(o)] == [["ingest", "asked", "at", "+0.10s"],
+                                                           ["ingest", "asked", "at", "+0.60s"]]
+
+
 def test_no_success_after_the_fault_is_found():
     o = outcome([ingest("ok", "d1", started=13.0), tool("claim_next", "ok", T1, started=13.0),
                  tool("complete", "unavailable", T1, started=19.0)])
@@ -94,13 +103,18 @@ def test_no_success_after_the_fault_is_found():
     assert any("failed at the load's end" in p for p in problems)
 
 
-def test_tracebacks_floods_and_repeats_on_stderr_are_found():
-    lines = [f"2026-12-01 07:46:3{i},104 ERROR switchboard.background: scheduler tick failed" for i in range(3)]
-    o = outcome([], stderr="\n".join(lines + ["Traceback (most recent call last):", '  File "x"'] + ["x"] * 12))
+def test_tracebacks_and_lines_per_retry_on_stderr_are_found():
+    per_retry = [f"2026-12-01 07:46:3{i},104 WARNING switchboard.background: scheduler: store unavailable (x)"
+                 for i in range(5)]
+    per_request = [f"WARNING - 2026-12-01 07:46:3{i},519 - switchboard.mcp - errors - mcp claim_next failed"
+                   for i in range(5)]
+    o = outcome([], stderr="\n".join(per_retry + per_request + ["Traceback (most recent call last):", '  File "x"']))
     problems = s.noisy_stderr(o)
     assert any("tracebacks" in p for p in problems)
-    assert any("lines on stderr" in p for p in problems)
-    assert any("repeated" in p and "3x" in p for p in problems)
-    quiet = outcome([], stderr="2026-12-01 07:46:38,104 WARNING switchboard.background: store down\n"
-                               "2026-12-01 07:46:40,104 WARNING switchboard.background: store back\n")
+    assert "switchboard.background scheduler (5)" in problems[-1] and "mcp claim_next failed (5)" in problems[-1]
+    quiet = outcome([], stderr=(
+        "2026-12-01 07:46:38,104 WARNING switchboard.background: scheduler: store unavailable (gone)\n"
+        "WARNING - 2026-12-01 07:46:38,104 - switchboard.doorbell - doorbell - doorbell listener: store unavailable (x)\n"
+        "2026-12-01 07:46:40,104 WARNING switchboard.background: scheduler: store is back\n"
+        "WARNING - 2026-12-01 07:46:40,104 - switchboard.doorbell - doorbell - doorbell listener: store is back\n"))
     assert s.noisy_stderr(quiet) == []
