@@ -26,7 +26,7 @@ import psycopg
 
 from interfaces.bootstrap import build
 from interfaces.settings import Settings
-from tests.e2e._support import Result, Server
+from tests.e2e._support import SWITCHBOARD_SCRIPT, Result, Server
 from tests.e2e._ingest import StackCli
 from tests.faults._cluster import Cluster
 from tests.faults._load import Answer, Load
@@ -37,7 +37,6 @@ TERMINATE_EVERY = 0.02
 EXHAUST_FOR = 3.0  # seconds another client holds all but FEW_LEFT connections
 FEW_LEFT = 2
 KILL_CYCLES = 5
-LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (\w+) ([\w.]+): (.*)$")
 
 
 class FaultServer(Server):
@@ -46,15 +45,10 @@ class FaultServer(Server):
     def start(self) -> FaultServer:
         with open(self.out_path, "a") as out, open(self.err_path, "a") as err:
             self.proc = subprocess.Popen(
-                [self.script, "serve", "--port", str(self.port)],
+                [SWITCHBOARD_SCRIPT, "serve", "--port", str(self.port)],
                 stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=self.env, cwd=self.logs,
             )
         return self
-
-    @property
-    def script(self) -> str:
-        from tests.e2e._support import SWITCHBOARD_SCRIPT
-        return SWITCHBOARD_SCRIPT
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
@@ -85,6 +79,7 @@ class Deployment:
         self.data_dir = root / "var"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.cli: StackCli | None = None
+        self.notes: dict[str, object] = {}  # what a fault measured of itself (shown with the outcome)
 
     def serve(self, name: str) -> FaultServer:
         server = FaultServer(self.data_dir, self.root, url=self.url, name=name, **self.server_env)
@@ -127,7 +122,7 @@ def pg_restart(dep: Deployment) -> tuple[float, float]:
     """PostgreSQL stopped (`-m fast`: every session ended), down OUTAGE s, started again."""
     began = time.monotonic()
     dep.cluster.stop("fast")
-    dep.stopped_after = round(time.monotonic() - began, 2)
+    dep.notes["stopped_after"] = round(time.monotonic() - began, 2)
     time.sleep(OUTAGE)
     starting = threading.Thread(target=dep.cluster.start)  # pg_ctlcluster returns a while after
     starting.start()
@@ -140,13 +135,13 @@ def backends_killed(dep: Deployment) -> tuple[float, float]:
     """Every backend of the servers' role terminated, again and again, for TERMINATE_FOR s: the
     connections die mid-statement and mid-commit (the unknown-commit-outcome case)."""
     began = time.monotonic()
-    dep.killed = 0
+    dep.notes["killed"] = 0
     with psycopg.connect(dep.cluster.url(), autocommit=True) as admin:
         while time.monotonic() - began < TERMINATE_FOR:
             row = admin.execute(
                 "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
                 "WHERE usename = %s", (dep.role,)).fetchone()
-            dep.killed += row[0]
+            dep.notes["killed"] += row[0]
             time.sleep(TERMINATE_EVERY)
     return began, time.monotonic()
 
@@ -159,7 +154,7 @@ def connections_exhausted(dep: Deployment) -> tuple[float, float]:
     cluster = dep.cluster
     hog_role = f"{dep.role}_hog"
     cluster.execute(f'CREATE ROLE "{hog_role}" LOGIN')
-    dep.connections_before = cluster.connections(dep.role)
+    dep.notes["connections_before"] = cluster.connections(dep.role)
     hog: list[psycopg.Connection] = []
     began = time.monotonic()
     try:
@@ -175,9 +170,9 @@ def connections_exhausted(dep: Deployment) -> tuple[float, float]:
                     break
         finally:
             cluster.execute(f'ALTER ROLE "{dep.role}" CONNECTION LIMIT -1')
-        dep.hogged = len(hog)
+        dep.notes["hogged"] = len(hog)
         time.sleep(EXHAUST_FOR)
-        dep.connections_during = cluster.connections(dep.role)
+        dep.notes["connections_during"] = cluster.connections(dep.role)
     finally:
         for conn in hog:
             conn.close()
@@ -191,7 +186,7 @@ def one_of_two_killed(dep: Deployment) -> tuple[float, float]:
     victim.kill()
     time.sleep(1.0)
     victim.start().wait_healthy(timeout=30)
-    dep.restarts = [round(time.monotonic() - began, 2)]
+    dep.notes["restarts"] = [round(time.monotonic() - began, 2)]
     return began, time.monotonic()
 
 
@@ -199,12 +194,12 @@ def kill_cycles(dep: Deployment) -> tuple[float, float]:
     """KILL_CYCLES times in a row: `kill -9` of the server, started again at once, a second of load."""
     server = dep.servers[0]
     began = time.monotonic()
-    dep.restarts = []
+    dep.notes["restarts"] = []
     for _ in range(KILL_CYCLES):
         server.kill()
         killed = time.monotonic()
         server.start().wait_healthy(timeout=30)
-        dep.restarts.append(round(time.monotonic() - killed, 2))
+        dep.notes["restarts"].append(round(time.monotonic() - killed, 2))
         time.sleep(1.0)
     return began, time.monotonic()
 
@@ -305,9 +300,10 @@ class Outcome:
 
 def run(name: str, cluster: Cluster, root: Path, *, pre: float = 2.0, post: float = 4.0,
         ingest_threads: int = 3, agents: int = 2) -> Outcome:
+    """One scenario, start to end; the servers are stopped whatever happens (the database is left
+    to the cluster's drop)."""
     scenario = SCENARIOS[name]
     dep = Deployment(cluster, root, **scenario.server_env)
-    exit_codes: dict[str, int | None] = {}
     try:
         for i in range(scenario.servers):
             dep.serve("ab"[i])
@@ -325,16 +321,10 @@ def run(name: str, cluster: Cluster, root: Path, *, pre: float = 2.0, post: floa
         dep.wait_serving()
         ledger = Ledger.read(dep)
         verify = dep.verify()
-        notes = {k: getattr(dep, k) for k in ("stopped_after", "killed", "hogged", "connections_before", "connections_during", "restarts") if hasattr(dep, k)}
     finally:
         exit_codes = dep.stop()
     return Outcome(name, scenario, load.snapshot(), began, ended, load_ended, ledger, verify, fault_stderr,
-                   exit_codes, notes)
-
-
-def log_records(stderr: str) -> list[tuple[str, str, str]]:
-    """(level, logger, message) of each log line `serve` wrote (its format: time level name: message)."""
-    return [m.groups() for m in map(LOG_LINE.match, stderr.splitlines()) if m]
+                   exit_codes, dep.notes)
 
 
 # -- what the answers and the log must agree on (each returns the problems found) --------------
