@@ -30,9 +30,10 @@ from projections.base import Op
 
 log = logging.getLogger("switchboard.store")
 
-RESOLVE_FOR = 30.0
+RESOLVE_FOR = 8.0
 """How long the writer keeps trying to learn whether a commit whose answer was lost committed
-(the database may be restarting): then the caller is told the outcome is unknown, never 503."""
+(the database may be restarting): then the caller is told the outcome is unknown, never 503.
+Under GitHub's 10 s, so a sender hears that rather than timing out."""
 RESOLVE_PAUSE = 0.2
 FENCE_WAIT_MS = 1000
 """How long PostgreSQL waits for the lost session to end once told to (pg_terminate_backend)."""
