@@ -25,6 +25,10 @@ class CommitOutcomeUnknown(Exception):
 
 
 def first_line(error: BaseException) -> str:
-    """An error's first line (psycopg's carry a DETAIL and a HINT below it): for one-line logs."""
+    """An error's first line (psycopg's carry a DETAIL and a HINT below it), without the "store
+    unavailable: " its wrappers put in front: for one-line logs."""
     text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+    line = text.splitlines()[0] if text else type(error).__name__
+    while line.startswith("store unavailable: "):
+        line = line[len("store unavailable: "):]
+    return line

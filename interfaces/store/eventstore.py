@@ -359,7 +359,7 @@ class SqlEventStore:
         if not self.down:
             self.down = True
             log.warning("writer: store unavailable (%s); commands are answered 503 until it is back",
-                        first_line(error) if error is not None else "the answer to a commit was lost")
+                        first_line(error) if error is not None else "unknown")
 
     def _store_up(self) -> None:
         if self.down:

@@ -30,9 +30,10 @@ from projections.base import Op
 
 log = logging.getLogger("switchboard.store")
 
-RESOLVE_FOR = 30.0
+RESOLVE_FOR = 8.0
 """How long the writer keeps trying to learn whether a commit whose answer was lost committed
-(the database may be restarting): then the caller is told the outcome is unknown, never 503."""
+(the database may be restarting): then the caller is told the outcome is unknown, never 503.
+Under GitHub's 10 s, so a sender hears that rather than timing out."""
 RESOLVE_PAUSE = 0.2
 FENCE_WAIT_MS = 1000
 """How long PostgreSQL waits for the lost session to end once told to (pg_terminate_backend)."""
@@ -75,7 +76,7 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
         self._url = url
         self._local = threading.local()
         self.on_unsure: Any = None
-        """Called (no arguments) when a commit's outcome is being looked for (the store is in trouble)."""
+        """Called with the error when a commit's answer was lost and its outcome is looked for."""
         self._insert_arrays = SQL(
             "INSERT INTO {table} (originator_id, originator_version, topic, state)"
             " SELECT * FROM unnest(%b::uuid[], %b::bigint[], %b::text[], %b::bytea[])"
@@ -158,8 +159,7 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
         events are there, with these exact bytes, or none of ours is (docs/adr/0014).
         """
         if self.on_unsure is not None:
-            self.on_unsure()
-        log.warning("writer: lost the answer to a commit (%s); finding out whether it committed", first_line(error))
+            self.on_unsure(error)
         deadline = time.monotonic() + RESOLVE_FOR
         while True:
             try:
@@ -184,11 +184,11 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
                 break
             except psycopg.Error as retry:
                 if time.monotonic() >= deadline:
-                    log.warning("writer: could not learn whether a commit committed: %s", first_line(retry))
+                    log.info("writer: could not learn whether a commit committed: %s", first_line(retry))
                     raise CommitOutcomeUnknown(
                         "store down: whether this was stored is unknown (retrying it is safe)"
                     ) from None
                 time.sleep(RESOLVE_PAUSE)
         ours = len(rows) == len(columns[0]) and all(same for _, _, same in rows)
-        log.warning("writer: the commit whose answer was lost %s", "had committed" if ours else "had not committed")
+        log.info("writer: a commit whose answer was lost %s", "had committed" if ours else "had not committed")
         return [position for _, position, _ in rows] if ours else None

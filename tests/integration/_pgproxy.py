@@ -8,6 +8,8 @@ without touching the shared cluster).
 - `arm("after_commit")`: the next append of a writer connection (named `switchboard-writer-…` in
   its startup packet) reaches PostgreSQL and commits; the proxy drops PostgreSQL's answer to the
   COMMIT and cuts the writer's connection: the commit happened, its answer never arrived.
+- `arm("after_commit", then_refuse=True)`: the same, and the database becomes unreachable at that
+  very moment (before the writer sees its connection cut).
 - `arm("hold", hold=s)`: the next append of a writer connection is held back and the writer's
   connection cut at once; after `s` seconds the proxy forwards what it held to PostgreSQL on the
   lost session (if it still lives) — a commit the server would process after the writer gave up.
@@ -39,7 +41,7 @@ class _Link:
         self.client = client
         self.upstream = upstream
         self.writer = False
-        self.cut_on_commit = False
+        self.cut_on_commit: str | None = None
         threading.Thread(target=self._up, daemon=True).start()
         threading.Thread(target=self._down, daemon=True).start()
 
@@ -55,8 +57,8 @@ class _Link:
                     self.writer = True
                 if self.writer and SYNC in chunk:
                     mode = self.proxy._take_armed()
-                    if mode == "after_commit":
-                        self.cut_on_commit = True
+                    if mode in ("after_commit", "then_refuse"):
+                        self.cut_on_commit = mode
                     elif mode is not None and mode[0] == "hold":
                         _close(self.client)
                         time.sleep(mode[1])
@@ -76,6 +78,8 @@ class _Link:
             while chunk := self.upstream.recv(65536):
                 if self.cut_on_commit and COMMIT_DONE in chunk:
                     self.proxy.cuts += 1
+                    if self.cut_on_commit == "then_refuse":
+                        self.proxy.refuse()
                     break  # committed; the answer is dropped and the client cut
                 self.client.sendall(chunk)
         except OSError:
@@ -138,9 +142,12 @@ class PgProxy:
         for link in links:
             link.close()
 
-    def arm(self, mode: str, *, hold: float = 1.5) -> None:
+    def arm(self, mode: str, *, hold: float = 1.5, then_refuse: bool = False) -> None:
         with self._lock:
-            self._armed = "after_commit" if mode == "after_commit" else ("hold", hold)
+            if mode == "after_commit":
+                self._armed = "then_refuse" if then_refuse else "after_commit"
+            else:
+                self._armed = ("hold", hold)
 
     def _take_armed(self) -> object:
         with self._lock:
