@@ -441,9 +441,8 @@ def not_back(o: Outcome) -> list[str]:
     return problems
 
 
-# A loop logs when the store goes and when it is back (CONTRACT §12); the writer also says that a
-# commit's answer was lost and what it found out: four lines at most for any loop in one outage.
-MAX_LINES_PER_LOOP = 4
+# A loop logs one line when the store goes and one when it is back (CONTRACT §12): two in one outage.
+MAX_LINES_PER_LOOP = 2
 _LOOP = re.compile(r"(switchboard[\w.]*)(?::| - [\w.]+ -) ([^:(]+):")
 
 

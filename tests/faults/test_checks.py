@@ -105,13 +105,13 @@ def test_no_success_after_the_fault_is_found():
 
 def test_tracebacks_and_lines_per_retry_on_stderr_are_found():
     per_retry = [f"2026-12-01 07:46:3{i},104 WARNING switchboard.background: scheduler: store unavailable (x)"
-                 for i in range(5)]
+                 for i in range(3)]
     per_request = [f"WARNING - 2026-12-01 07:46:3{i},519 - switchboard.mcp - errors - mcp claim_next failed"
-                   for i in range(5)]
+                   for i in range(3)]
     o = outcome([], stderr="\n".join(per_retry + per_request + ["Traceback (most recent call last):", '  File "x"']))
     problems = s.noisy_stderr(o)
     assert any("tracebacks" in p for p in problems)
-    assert "switchboard.background scheduler (5)" in problems[-1] and "mcp claim_next failed (5)" in problems[-1]
+    assert "switchboard.background scheduler (3)" in problems[-1] and "mcp claim_next failed (3)" in problems[-1]
     quiet = outcome([], stderr=(
         "2026-12-01 07:46:38,104 WARNING switchboard.background: scheduler: store unavailable (gone)\n"
         "WARNING - 2026-12-01 07:46:38,104 - switchboard.doorbell - doorbell - doorbell listener: store unavailable (x)\n"
