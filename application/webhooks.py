@@ -37,7 +37,9 @@ from domain.webhook import WEBHOOK_PREFIX, Webhook
 
 DRY_RUN_DELIVERIES = 50
 MEMO_SIZE = 10_000
-REPLAY_DEFAULT, REPLAY_MAX, REPLAY_CHANGED_SHOWN = 1000, 100_000, 100
+# How many stored deliveries a replay reads when N is not given: the board and the CLI both use it.
+DEFAULT_REPLAY_LAST = 100
+REPLAY_MAX, REPLAY_CHANGED_SHOWN = 100_000, 100
 _TOKEN = re.compile(r"[0-9a-f]{32}")
 
 
@@ -67,6 +69,13 @@ def _delivery_key(webhook_id: str, headers: Mapping[str, str], source_type: str,
                   body: bytes) -> str:
     """The idempotency key of a delivery: the webhook, then the sender's delivery id."""
     return f"{webhook_id}:{delivery_id(headers, source_type, cairn, body)}"
+
+
+def _kind_and_title(envelope_json: str | bytes) -> tuple[str | None, str]:
+    """A stored delivery's kind and the title its todo got (derived again from the envelope)."""
+    env = json.loads(envelope_json)
+    return env.get("kind"), derive_title(env.get("source"), env.get("kind"), env.get("payload"),
+                                         size=env.get("size"), content_type=env.get("content_type"))
 
 
 def _rule_set_of(webhook: Webhook) -> RuleSet:
@@ -302,9 +311,10 @@ class Webhooks:
 
     def replay(self, webhook_id: str, candidate: Mapping[str, Any], *, caller: Caller,
                last: int | None = None) -> dict[str, Any]:
-        """Candidate rules against the saved ones over the last N stored deliveries."""
+        """Candidate rules against the saved ones over the last N stored deliveries (default 100);
+        each changed delivery is named by id, kind and title."""
         if last is None:
-            last = REPLAY_DEFAULT
+            last = DEFAULT_REPLAY_LAST
         if isinstance(last, bool) or not isinstance(last, int) or not 1 <= last <= REPLAY_MAX:
             raise InvalidArgument(f"last must be within 1..{REPLAY_MAX}")
         webhook, owner = self._visible(webhook_id, caller)
@@ -315,13 +325,15 @@ class Webhooks:
         outcomes = self.engine.evaluate_many(rule_set, [env for _, env in recent], compare_with=saved)
         counts: dict[str, int] = {}
         changed: list[dict[str, Any]] = []
-        for (event_id, _), (after_outcome, before_outcome) in zip(recent, outcomes):
+        for (event_id, env_json), (after_outcome, before_outcome) in zip(recent, outcomes):
             after = decide(rule_set, after_outcome, targets=webhook.targets, target_queue=webhook.target_queue)
             before = decide(saved, before_outcome, targets=webhook.targets, target_queue=webhook.target_queue)
             key = "faulted" if after.faulted else "drop" if after.drop else f"queue:{after.queue}"
             counts[key] = counts.get(key, 0) + 1
             if after.to_json() != before.to_json() and len(changed) < REPLAY_CHANGED_SHOWN:
-                changed.append({"event_id": event_id, "before": before.to_json(), "after": after.to_json()})
+                kind, title = _kind_and_title(env_json)
+                changed.append({"event_id": event_id, "kind": kind, "title": title,
+                                "before": before.to_json(), "after": after.to_json()})
         return {"evaluated": len(recent), "decisions": counts, "changed": changed}
 
     # -- ingest --------------------------------------------------------------------------
@@ -418,7 +430,7 @@ class Webhooks:
                        verified=verified, content_type=content_type, size=len(body), headers=redacted, payload=payload)
         outcome = self.engine.evaluate(rule_set, env) if rule_set.rules else NoMatch()
         decision = decide(rule_set, outcome, targets=targets or (owner.endpoint_id,), target_queue=webhook.target_queue)
-        title = derive_title(webhook.source_type, kind, payload)
+        title = derive_title(webhook.source_type, kind, payload, body=body, content_type=content_type)
         todo_payload = payload if payload is not None else body.decode(errors="replace")
         delivery_uuid = uuid4()
         event_id = f"{DELIVERY_PREFIX}{delivery_uuid.hex}"

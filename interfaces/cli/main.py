@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 from application.errors import ConfigurationError, StoreUnavailable
 from application.service import Caller
+from application.webhooks import DEFAULT_REPLAY_LAST, REPLAY_MAX
 from domain.endpoint import parse_lifetime
 from domain.errors import DomainError, InvalidArgument
 from interfaces.settings import Settings
@@ -282,16 +283,26 @@ def cmd_rules_test(args, out: Output) -> int:
     )
 
 
+def _decision_text(decision: dict[str, Any]) -> str:
+    """`queue:inbox`, `drop` or `faulted`, as the replay counts name decisions."""
+    return "faulted" if decision["faulted"] else "drop" if decision["drop"] else f"queue:{decision['queue']}"
+
+
+def _replay_text(r: dict[str, Any]) -> str:
+    lines = [f"evaluated: {r['evaluated']}"] + [f"{k}: {v}" for k, v in sorted(r["decisions"].items())]
+    for ch in r["changed"]:
+        lines.append(f"changed: {ch['event_id']} {ch['kind'] or '-'} {ch['title']}")
+        before, after = ch["before"], ch["after"]
+        moved = "" if before["endpoints"] == after["endpoints"] or after["drop"] else (
+            f" (endpoints {', '.join(before['endpoints']) or '-'} -> {', '.join(after['endpoints']) or '-'})")
+        lines.append(f"  {_decision_text(before)} -> {_decision_text(after)}{moved}")
+    return "\n".join(lines)
+
+
 def cmd_rules_replay(args, out: Output) -> int:
     candidate = parse_json_arg(args.rules, "rules")
-    return _act(
-        args, out, lambda c: c.webhooks.replay(args.webhook, candidate, caller=CLI, last=args.last),
-        lambda r: "\n".join(
-            [f"evaluated: {r['evaluated']}"] + [f"{k}: {v}" for k, v in sorted(r["decisions"].items())]
-            + [f"changed: {ch['event_id']} {json.dumps(ch['before'])} -> {json.dumps(ch['after'])}"
-               for ch in r["changed"]]
-        ),
-    )
+    return _act(args, out, lambda c: c.webhooks.replay(args.webhook, candidate, caller=CLI, last=args.last),
+                _replay_text)
 
 
 def cmd_events_list(args, out: Output) -> int:
@@ -418,7 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(rules, "replay", cmd_rules_replay, "candidate rules against the saved ones over the last N deliveries")
     p.add_argument("webhook")
     p.add_argument("--rules", required=True, help="candidate rules, JSON or @file")
-    p.add_argument("--last", type=int, default=1000)
+    p.add_argument("--last", type=int, default=None,
+                   help=f"how many of the latest deliveries (default {DEFAULT_REPLAY_LAST}, at most {REPLAY_MAX})")
 
     events = groups.add_parser("events", help="stored deliveries").add_subparsers(dest="action", required=True, parser_class=_Parser)
     p = command(events, "list", cmd_events_list, "stored deliveries, newest first")

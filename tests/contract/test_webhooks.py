@@ -13,6 +13,7 @@ from typing import Any
 
 
 from application.service import Caller
+from application.webhooks import DEFAULT_REPLAY_LAST
 from domain.errors import NotFound
 from domain.ingest import SignatureRefused
 from domain.webhook import Webhook
@@ -927,6 +928,15 @@ def test_replay_counts_decisions_and_shows_what_changes(sb):
     assert changed[events[2]]["after"] == {"drop": False, "queue": "quarantine",
                                            "endpoints": [owner["endpoint_id"]], "faulted": True}
     assert changed[events[5]]["after"]["queue"] == queues[1]
+    # each changed delivery is named by kind and the title its todo got
+    assert [(c["kind"], c["title"]) for c in replayed["changed"]] == [
+        ("pull_request", "pull_request opened: octo-org/octo-repo#7 Retry uploads with exponential backoff"),
+        ("push", "push: octo-org/octo-repo refs/heads/main (3 commits) — Release notes for 1.4.1"),
+        ("ping", "ping: octo-org/octo-repo"),
+        ("push", "push: octo-org/octo-repo refs/heads/main (3 commits) — Release notes for 1.4.1"),
+    ]
+    titles = {row["id"]: row["title"] for row in sb.container.app.list_todos(caller=CLI, limit=50)}
+    assert changed[events[5]]["title"] in titles.values()
 
     last_two = hooks(sb).replay(wid, candidate, caller=me(owner), last=2)
     assert last_two["evaluated"] == 2
@@ -949,12 +959,27 @@ def test_replay_shows_at_most_100_changes(sb):
         generic(sb, hook, {"n": i})
 
     replayed = hooks(sb).replay(hook["webhook_id"], {"rules": [rule("all", "true", {"drop": True})]},
-                                caller=me(owner))
+                                caller=me(owner), last=103)
 
     assert replayed["evaluated"] == 103
     assert replayed["decisions"] == {"drop": 103}
     assert len(replayed["changed"]) == 100
     assert len({c["event_id"] for c in replayed["changed"]}) == 100
+    assert replayed["changed"][0]["title"] == "webhook delivery" and replayed["changed"][0]["kind"] is None
+
+
+def test_replay_reads_the_latest_100_deliveries_unless_told_otherwise(sb):
+    owner = sb.vend("defaults")
+    hook = create(sb, owner, "generic")
+    for i in range(DEFAULT_REPLAY_LAST + 3):
+        generic(sb, hook, {"title": f"n{i}"})
+    candidate = {"rules": [rule("all", "true", {"drop": True})]}
+
+    assert DEFAULT_REPLAY_LAST == 100
+    assert hooks(sb).replay(hook["webhook_id"], candidate, caller=me(owner))["evaluated"] == 100
+    newest = hooks(sb).replay(hook["webhook_id"], candidate, caller=me(owner), last=1)["changed"]
+    assert [c["title"] for c in newest] == [f"webhook: n{DEFAULT_REPLAY_LAST + 2}"]
+    assert hooks(sb).replay(hook["webhook_id"], candidate, caller=me(owner), last=500)["evaluated"] == 103
 
 
 # --- projections -------------------------------------------------------------------------------------

@@ -321,13 +321,16 @@ def test_rules_test_and_replay(stack, owner, tmp_path):
     assert ping_change["after"] == {"drop": False, "queue": "triage", "endpoints": [owner["endpoint_id"]],
                                     "faulted": False}
     assert pr_change["before"]["queue"] == "reviews" and pr_change["after"]["queue"] == "triage"
-    everything = everything.json()  # the default: the last 1000
+    assert (ping_change["kind"], ping_change["title"]) == ("ping", "ping: octo-org/octo-repo")
+    assert pr_change["kind"] == "pull_request" and pr_change["title"].startswith("pull_request opened: octo-org/")
+    everything = everything.json()  # the default: the last 100
     assert everything["evaluated"] == 6 and everything["decisions"] == {"queue:inbox": 1, "queue:triage": 5}
     assert [c["event_id"] for c in everything["changed"]] == [  # push and labeled stay where they were
         sent["github_ping.json"][1], sent["github_pull_request_opened.json"][0], sent["github_ping.json"][0],
         sent["github_issues_opened.json"][0]]
     text = replay_text.ok().stdout
     assert "evaluated: 4" in text and "queue:triage: 3" in text and text.count("changed: ") == 2
+    assert f"changed: {ping_change['event_id']} ping ping: octo-org/octo-repo\n  drop -> queue:triage\n" in text
     bad_last.refused("invalid_argument")
     # nothing was saved by any of it
     assert stack.webhooks.rules(webhook_id, caller=CLI) == {"webhook_id": webhook_id, **GITHUB_RULES}
