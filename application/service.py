@@ -20,17 +20,36 @@ from application.presenters import endpoint_view, iso, todo_full, todo_row
 from domain.endpoint import Endpoint, credential_hash, endpoint_uuid, endpoint_uuid_of
 from domain.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from domain.idempotency import KEY_MAX_BYTES, IdempotencyKey, key_uuid
+from domain.delivery import DELIVERY_PREFIX
 from domain.names import (
-    OPERATOR_PREFIX, QUARANTINE, TODO_PREFIX, check_queue_name, parse_id, slugify,
+    ENDPOINT_PREFIX, OPERATOR_PREFIX, QUARANTINE, TODO_PREFIX, check_queue_name, parse_id, slugify,
 )
 from domain.operator import Operator, check_operator_name, operator_uuid
 from domain.todo import STATES, Todo, effective_lease
+from domain.webhook import WEBHOOK_PREFIX
 
 CLAIM_CANDIDATES = 8
 MAX_TTL_SECONDS = 100 * 365 * 86400  # an endpoint lifetime beyond a century is `never`
 # Event fields never shown by history or audit export (they stay in the log).
 REDACTED_FIELDS = ("password_hash",)
 REDACTED = "«redacted»"
+
+
+# The public name of each aggregate type, by the module its events live in, and its id prefix:
+# the export names aggregates as every other surface does (`td_…`), not by bare hex.
+AGGREGATE_NAMES = {
+    "domain.todo": ("todo", TODO_PREFIX), "domain.endpoint": ("endpoint", ENDPOINT_PREFIX),
+    "domain.webhook": ("webhook", WEBHOOK_PREFIX), "domain.delivery": ("delivery", DELIVERY_PREFIX),
+    "domain.operator": ("operator", OPERATOR_PREFIX),
+    "domain.idempotency": ("idempotency_key", "ik_"),
+}
+
+
+def public_aggregate(event: Any) -> tuple[str, str]:
+    """(aggregate_type, public id) of an event's aggregate; an unknown type keeps its module's name."""
+    module = type(event).__module__
+    kind, prefix = AGGREGATE_NAMES.get(module, (module.rpartition(".")[2], ""))
+    return kind, f"{prefix}{event.originator_id.hex}" if prefix else event.originator_id.hex
 
 
 def _shown(data: dict[str, Any]) -> dict[str, Any]:
@@ -661,16 +680,17 @@ class Switchboard:
         return self.views.queue_counts(endpoint_ids)
 
     def audit(self, *, after: int = 0, page: int = 1000):
-        """The whole event log from a position, as JSON-ready records."""
+        """The whole event log from a position, as JSON-ready records naming aggregates by public id."""
         while True:
             recorded = self.store.read_log(after, page)
             if not recorded:
                 return
             for r in recorded:
                 data = self.store.event_data(r.event)
+                aggregate_type, aggregate = public_aggregate(r.event)
                 yield {
                     "position": r.position, "time": data.pop("timestamp"),
-                    "aggregate": r.event.originator_id.hex, "version": r.event.originator_version,
+                    "aggregate": aggregate, "aggregate_type": aggregate_type, "version": r.event.originator_version,
                     "type": type(r.event).__name__, "actor": data.pop("actor"), "cause": data.pop("cause"),
                     "data": _shown(data),
                 }

@@ -449,6 +449,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Runs one command; a reader that closes the pipe early (`… | head -1`) is not an error."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at exit, where a closed pipe would turn into exit 120
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return EXIT_OK
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in argv
     argv = [a for a in argv if a != "--json"]
@@ -471,9 +482,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {code}: {error}", file=sys.stderr)
         if as_json:
             print(json.dumps({"error": str(error), "code": code}))
-        return EXIT_REFUSED
-    except BrokenPipeError:  # the reader went away (`switchboard audit export | head`)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return EXIT_REFUSED
 
 
