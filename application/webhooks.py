@@ -254,7 +254,8 @@ class Webhooks:
                    require_ids: bool) -> RuleSet:
         if not isinstance(document, Mapping):
             raise InvalidArgument("rules must be an object {rules, default_action?, params?}")
-        rule_set = parse_rule_set(dict(document), new_rule_id=lambda: "rule_" + secrets.token_hex(12),
+        document = {k: v for k, v in document.items() if k != "webhook_id"}  # what `rules get` prints reads back
+        rule_set = parse_rule_set(document, new_rule_id=lambda: "rule_" + secrets.token_hex(12),
                                   require_ids=require_ids)
         check_grant(rule_set, allowed_queues=set(owner.webhook_queues), target_endpoint_ids=set(webhook.targets))
         self.engine.check_compiles(rule_set)

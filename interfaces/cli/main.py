@@ -47,17 +47,36 @@ def parse_ttl(text: str) -> int | None:
         raise Usage(f"bad --ttl {text!r}: expected <n>s|m|h|d or never") from None
 
 
-def parse_json_arg(text: str, what: str) -> Any:
-    """A JSON value given inline or as @file."""
+def parse_json_arg(text: str, what: str, *, bare_path: bool = False) -> Any:
+    """A JSON value given inline or as @file; with `bare_path`, text that does not start a JSON
+    object or list is a path too (`--rules rules.json`). A failure names the file."""
+    path: str | None = None
     if text.startswith("@"):
-        try:
-            text = Path(text[1:]).read_text()
-        except OSError as error:
-            raise InvalidArgument(f"cannot read {what} file: {error.strerror}") from None
+        path = text[1:]
+    elif bare_path and text.lstrip()[:1] not in ("{", "["):
+        path = text
+    if path is None:
+        return _json_of(text, what)
+    try:
+        content = Path(path).read_text()
+    except OSError as error:
+        raise InvalidArgument(f"cannot read {what} file {path}: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise InvalidArgument(f"{what} file {path} is not UTF-8 text") from None
+    return _json_of(content, f"{what} file {path}")
+
+
+def read_json_file(text: str, what: str) -> Any:
+    """The JSON document in a file named as `path` or `@path`."""
+    return parse_json_arg(text if text.startswith("@") else "@" + text, what)
+
+
+def _json_of(text: str, what: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
-        raise InvalidArgument(f"{what} is not valid JSON: {error.msg}") from None
+        raise InvalidArgument(f"{what} is not valid JSON: {error.msg} (line {error.lineno} column {error.colno})"
+                              ) from None
 
 
 def comma_list(text: str) -> list[str]:
@@ -258,7 +277,7 @@ def cmd_rules_get(args, out: Output) -> int:
 
 
 def cmd_rules_set(args, out: Output) -> int:
-    document = parse_json_arg("@" + args.file, "rules file")
+    document = read_json_file(args.file, "rules")
     return _act(args, out, lambda c: c.webhooks.set_rules(args.webhook, document, caller=CLI), _rules_text)
 
 
@@ -274,7 +293,7 @@ def cmd_rules_test(args, out: Output) -> int:
         raise Usage("give exactly one of --payload or --event")
     headers = dict(_header(h) for h in (args.header or []))
     payload = parse_json_arg(args.payload, "payload") if args.payload is not None else None
-    candidate = parse_json_arg(args.rules, "rules") if args.rules is not None else None
+    candidate = parse_json_arg(args.rules, "rules", bare_path=True) if args.rules is not None else None
     return _act(
         args, out,
         lambda c: c.webhooks.test_rules(args.webhook, caller=CLI, payload=payload, headers=headers, event_id=args.event,
@@ -300,7 +319,7 @@ def _replay_text(r: dict[str, Any]) -> str:
 
 
 def cmd_rules_replay(args, out: Output) -> int:
-    candidate = parse_json_arg(args.rules, "rules")
+    candidate = parse_json_arg(args.rules, "rules", bare_path=True)
     return _act(args, out, lambda c: c.webhooks.replay(args.webhook, candidate, caller=CLI, last=args.last),
                 _replay_text)
 
@@ -419,16 +438,18 @@ def build_parser() -> argparse.ArgumentParser:
     command(rules, "get", cmd_rules_get, "show a webhook's rules").add_argument("webhook")
     p = command(rules, "set", cmd_rules_set, "validate, dry-run and save rules")
     p.add_argument("webhook")
-    p.add_argument("--file", required=True, help="rules.json: {rules, default_action?, params?}")
+    p.add_argument("--file", required=True, metavar="PATH",
+                   help="rules.json (path or @path): {rules, default_action?, params?}")
     p = command(rules, "test", cmd_rules_test, "dry run on a payload or a stored delivery; saves nothing")
     p.add_argument("webhook")
     p.add_argument("--payload", help="JSON or @file")
     p.add_argument("--header", action="append", metavar="NAME:VALUE")
     p.add_argument("--event", metavar="EVENT_ID")
-    p.add_argument("--rules", help="candidate rules, JSON or @file")
+    p.add_argument("--rules", help="candidate {rules, default_action?, params?}: @path, path or inline JSON")
     p = command(rules, "replay", cmd_rules_replay, "candidate rules against the saved ones over the last N deliveries")
     p.add_argument("webhook")
-    p.add_argument("--rules", required=True, help="candidate rules, JSON or @file")
+    p.add_argument("--rules", required=True,
+                   help="candidate {rules, default_action?, params?}: @path, path or inline JSON")
     p.add_argument("--last", type=int, default=None,
                    help=f"how many of the latest deliveries (default {DEFAULT_REPLAY_LAST}, at most {REPLAY_MAX})")
 

@@ -106,7 +106,9 @@ class Route(Args):
 
 RulesList = Annotated[list[dict[str, Any]], _doc("ordered rules {id?, name?, expr, action}; first match wins")]
 Action = Annotated[dict[str, Any] | None, _doc('{"queue": Q}, {"queue": Q, "endpoints": [...]} or {"drop": true}')]
-Params = Annotated[dict[str, Any] | None, _doc("JSON object visible to rules as $params (≤ 16 KiB)")]
+# Any JSON here, so that params which are not an object reach the application and are refused with
+# `invalid_params` (as on every surface), not with the parser's `invalid_argument`.
+Params = Annotated[Any, _doc("JSON object visible to rules as $params (≤ 16 KiB)", type=["object", "null"])]
 
 
 class SetRules(Args):
@@ -123,7 +125,7 @@ class TestRules(Args):
     event_id: Annotated[str | None, _doc("a stored delivery to route again (give this or payload)")] = None
     rules: Annotated[list[dict[str, Any]] | UnsetType, _doc("candidate rules (each with an id)")] = UNSET
     default_action: Annotated[dict[str, Any] | None | UnsetType, _doc("candidate default action")] = UNSET
-    params: Annotated[dict[str, Any] | None | UnsetType, _doc("candidate params")] = UNSET
+    params: Annotated[Any | UnsetType, _doc("candidate params (a JSON object ≤ 16 KiB)", type=["object", "null"])] = UNSET
 
 
 class ListEvents(Args):

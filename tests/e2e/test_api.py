@@ -669,6 +669,8 @@ def _rule(rule_id: str, expr: str = "true", action: dict | None = None) -> dict:
     pytest.param({"rules": [_rule("x", expr="$ENV.HOME")]}, 400, "forbidden_function", id="forbidden_function"),
     pytest.param({"rules": [_rule("x", expr="input")]}, 400, "forbidden_function", id="input"),
     pytest.param({"rules": [], "params": {"big": "x" * 17_000}}, 400, "invalid_params", id="invalid_params"),
+    pytest.param({"rules": [], "params": "nope"}, 400, "invalid_params", id="params-a-string"),
+    pytest.param({"rules": [], "params": [1, 2]}, 400, "invalid_params", id="params-a-list"),
     pytest.param({"rules": [_rule("x", action={"queue": "elsewhere"})]}, 403, "forbidden", id="forbidden-queue"),
     pytest.param({"rules": [_rule("x", action={"queue": "other", "endpoints": [f"ep_{'0' * 32}"]})]}, 403,
                  "forbidden", id="forbidden-endpoint"),
@@ -718,10 +720,18 @@ def test_rules_test_takes_exactly_one_of_payload_or_event_id(api):
     assert stored["decision"]["queue"] == "other"
     assert stored["envelope"]["headers"]["authorization"] == REDACTED
 
+    # the candidate at the top level, as `rules set --file` reads it and as replay takes it
     candidate = {"rules": [_rule("all", "true", {"drop": True})]}
-    assert ok(api.post(path, {"event_id": event_id, "rules": candidate}))["decision"]["drop"] is True
-    assert ok(api.post(path, {"payload": {}, "rules": {"rules": [], "default_action": {"queue": "inbox"}}}))[
+    assert ok(api.post(path, {"event_id": event_id, **candidate}))["decision"]["drop"] is True
+    assert ok(api.post(path, {"payload": {}, "rules": [], "default_action": {"queue": "inbox"}}))[
         "trace"] == {"stage": "default", "action": {"queue": "inbox"}}
+    params_rule = [_rule("flagged", "$params.flag == true", {"drop": True})]
+    assert ok(api.post(path, {"payload": {}, "rules": params_rule, "params": {"flag": True}}))["decision"]["drop"]
+    assert not ok(api.post(path, {"payload": {}, "rules": params_rule}))["decision"]["drop"]
+    # the older nested form still works
+    assert ok(api.post(path, {"event_id": event_id, "rules": candidate}))["decision"]["drop"] is True
+    for params in ("nope", [1], {"big": "x" * 17_000}):
+        refused(api.post(path, {"payload": {}, "rules": [], "params": params}), 400, "invalid_params")
 
     refused(api.post(path, {}), 400, "invalid_argument")
     refused(api.post(path, {"payload": {}, "event_id": event_id}), 400, "invalid_argument")
@@ -741,12 +751,16 @@ def test_rules_replay_compares_candidate_with_saved_rules(api):
     path = f"/webhooks/{hook['webhook_id']}/rules/replay"
     events = [deliver(hook, {"n": n})["event_id"] for n in range(3)]
     candidate = {"rules": [_rule("two", ".payload.n == 2", {"drop": True})]}
-    replayed = ok(api.post(path, {"rules": candidate}))
+    replayed = ok(api.post(path, candidate))  # the dry run's shape: the candidate at the top level
+    assert ok(api.post(path, {"rules": candidate})) == replayed  # the older nested form still works
     assert replayed["evaluated"] == 3
     assert replayed["decisions"] == {"queue:inbox": 2, "drop": 1}
     assert [c["event_id"] for c in replayed["changed"]] == [events[2]]
     assert replayed["changed"][0]["before"]["queue"] == "inbox" and replayed["changed"][0]["after"]["drop"] is True
-    assert ok(api.post(path, {"rules": candidate, "last": 2}))["evaluated"] == 2
+    assert (replayed["changed"][0]["kind"], replayed["changed"][0]["title"]) == (None, "webhook delivery")
+    assert ok(api.post(path, {**candidate, "last": 2}))["evaluated"] == 2
+    assert ok(api.post(path, {**candidate, "default_action": {"drop": True}}))["decisions"] == {"drop": 3}
+    refused(api.post(path, {**candidate, "params": "nope"}), 400, "invalid_params")
     assert ok(api.post(path, {"rules": {"rules": []}, "last": 100_000}))["changed"] == []
 
     for last in (0, -1, 100_001):

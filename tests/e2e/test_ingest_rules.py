@@ -148,7 +148,7 @@ def _ok_rules(*extra: dict) -> dict:
 
 
 # through `switchboard rules set` (every code); the other cases through the application layer
-CLI_CASES = {"33 rules", "unknown action key", "does not compile", "$ENV", "params not an object",
+CLI_CASES = {"33 rules", "unknown action key", "does not compile", "$ENV", "params not an object", "params a string",
              "queue outside the grant", "endpoint not a target", "faults on a stored delivery"}
 
 
@@ -162,6 +162,7 @@ def _refusals(other_endpoint_id: str) -> list[tuple[str, str, dict, tuple[str, .
          ("rule 1 (broken)",)),
         ("$ENV", "forbidden_function", _ok_rules(_rule("peek", "$ENV.HOME != null")), ("rule 1 (peek)", "$ENV")),
         ("params not an object", "invalid_params", {**_ok_rules(), "params": [1, 2]}, ("params",)),
+        ("params a string", "invalid_params", {**_ok_rules(), "params": "nope"}, ("params must be a JSON object",)),
         ("queue outside the grant", "forbidden", _ok_rules(_rule("elsewhere", action={"queue": "payroll"})),
          ("rule 1 (elsewhere)", "payroll")),
         ("faults on a stored delivery", "invalid_argument",
