@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -103,6 +104,10 @@ class Views(Protocol):
                    limit: int, hide_queues: Sequence[str] = (), dead_letter: bool | None = None,
                    ) -> list[dict[str, Any]]: ...
 
+    def page_todos(self, *, endpoint_ids: Sequence[str] | None, state: str | None, queue: str | None,
+                   limit: int, hide_queues: Sequence[str] = (), dead_letter: bool | None = None,
+                   after: tuple[int, str] | None = None) -> tuple[list[dict[str, Any]], tuple[int, str] | None]: ...
+
     def queue_counts(self, endpoint_ids: Sequence[str] | None = None) -> list[dict[str, Any]]: ...
 
     def list_endpoints(self, *, owner: str | None) -> list[dict[str, Any]]: ...
@@ -136,6 +141,17 @@ def _todo_uuid(todo_id: object) -> UUID:
     if parsed is None:
         raise NotFound(f"todo {todo_id} not found")
     return parsed
+
+
+_TODO_CURSOR = re.compile(r"(\d{1,19})\.(td_[0-9a-f]{32})")
+
+
+def _todo_cursor(cursor: object) -> tuple[int, str]:
+    """The (created_at, todo_id) a `next_cursor` of `page_todos` names."""
+    match = _TODO_CURSOR.fullmatch(cursor) if isinstance(cursor, str) else None
+    if match is None or int(match.group(1)) >= 2**63:
+        raise InvalidArgument("bad cursor: give the next_cursor of the previous page")
+    return int(match.group(1)), match.group(2)
 
 
 def _check_limit(limit: int | None, default: int, maximum: int) -> int:
@@ -644,7 +660,18 @@ class Switchboard:
         dead_letter: bool | None = None,
     ) -> list[dict[str, Any]]:
         """Rows newest first; agents never see quarantine. `dead_letter` keeps only (or no) dead letters."""
+        return self.page_todos(caller=caller, endpoint=endpoint, state=state, queue=queue, limit=limit,
+                               max_limit=max_limit, dead_letter=dead_letter)["todos"]
+
+    def page_todos(
+        self, *, caller: Caller, endpoint: str | None = None, state: str | None = None,
+        queue: str | None = None, limit: int | None = None, max_limit: int = 1000,
+        dead_letter: bool | None = None, cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """`{todos, next_cursor?}`: one page of rows newest first; `next_cursor` (present only when
+        more rows follow) continues after this page's last row, so a listing never stops silently."""
         limit = _check_limit(limit, 50, max_limit)
+        after = _todo_cursor(cursor) if cursor is not None else None
         if state is not None and state not in STATES:
             raise InvalidArgument(f"state must be one of {', '.join(STATES)}")
         if queue is not None:
@@ -665,8 +692,12 @@ class Switchboard:
         else:
             endpoint_ids = self.views.endpoint_ids_of(caller.name)
         self.views.catch_up()
-        return self.views.list_todos(endpoint_ids=endpoint_ids, state=state, queue=queue, limit=limit,
-                                     hide_queues=hide, dead_letter=dead_letter)
+        rows, last = self.views.page_todos(endpoint_ids=endpoint_ids, state=state, queue=queue, limit=limit,
+                                           hide_queues=hide, dead_letter=dead_letter, after=after)
+        answer: dict[str, Any] = {"todos": rows}
+        if last is not None:
+            answer["next_cursor"] = f"{last[0]}.{last[1]}"
+        return answer
 
     def todo_counts(self, *, caller: Caller, endpoint: str | None = None) -> list[dict[str, Any]]:
         """How many todos per queue and state (dead letters apart) an operator has, with the oldest pending."""

@@ -19,7 +19,7 @@ from uuid import UUID, uuid4
 from application.ports import UnitOfWork
 from application.presenters import iso
 from application.service import Caller, Switchboard
-from domain.delivery import DELIVERY_PREFIX, Delivery
+from domain.delivery import DELIVERY_PREFIX, Delivery, delivery_id_of
 from domain.endpoint import SOURCE_TYPES, Endpoint, endpoint_uuid_of
 from domain.errors import Forbidden, InvalidArgument, NotFound
 from domain.events import Aggregate
@@ -526,7 +526,7 @@ class Webhooks:
         return answer
 
     def get_event(self, event_id: str, *, caller: Caller) -> dict[str, Any]:
-        """One delivery with redacted headers and payload."""
+        """One delivery with redacted headers and payload, and the sender's delivery id."""
         parsed = parse_id(DELIVERY_PREFIX, event_id)
         delivery = self.store.load(Delivery, parsed) if parsed else None
         if delivery is None:
@@ -536,7 +536,8 @@ class Webhooks:
             raise NotFound(f"event {event_id} not found")
         payload = parse_payload(delivery.body, delivery.content_type)
         return {
-            "id": delivery.event_id, "webhook_id": delivery.webhook_id, "endpoint_id": delivery.endpoint_id,
+            "id": delivery.event_id, "delivery_id": delivery_id_of(delivery.delivery_key),
+            "webhook_id": delivery.webhook_id, "endpoint_id": delivery.endpoint_id,
             "source": delivery.source, "kind": delivery.kind, "trust_mode": delivery.trust_mode,
             "verified": delivery.verified, "remote_addr": delivery.remote_addr,
             "content_type": delivery.content_type, "size": delivery.size, "headers": delivery.headers,

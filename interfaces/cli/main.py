@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -192,10 +193,32 @@ def cmd_todo_push(args, out: Output) -> int:
     )
 
 
+def _more_hint(page: dict[str, Any], noun: str, argv: Sequence[str]) -> None:
+    """A listing that has more rows than it showed says so, on stderr: how to get the rest."""
+    cursor = page.get("next_cursor")
+    if cursor is None:
+        return
+    kept = []
+    skip = False
+    for arg in argv:  # the same command again, with --cursor replaced
+        if skip:
+            skip = False
+        elif arg == "--cursor":
+            skip = True
+        elif not arg.startswith("--cursor="):
+            kept.append(arg)
+    shown = " ".join(shlex.quote(a) for a in kept)
+    print(f"more {noun} than the {len(page[noun])} shown; next page: switchboard {shown} --cursor {cursor}",
+          file=sys.stderr)
+
+
 def cmd_todo_list(args, out: Output) -> int:
     with _closing(_container(args)) as c:
-        rows = c.app.list_todos(caller=CLI, endpoint=args.endpoint, state=args.state, queue=args.queue, limit=args.limit)
-    out.emit({"todos": rows}, lambda d: _table(d["todos"], TODO_COLUMNS))
+        page = c.app.page_todos(caller=CLI, endpoint=args.endpoint, state=args.state, queue=args.queue,
+                                limit=args.limit, cursor=args.cursor)
+    out.emit(page, lambda d: _table(d["todos"], TODO_COLUMNS))
+    if not out.as_json:
+        _more_hint(page, "todos", args.argv)
     return EXIT_OK
 
 
@@ -325,17 +348,30 @@ def cmd_rules_replay(args, out: Output) -> int:
 
 
 def cmd_events_list(args, out: Output) -> int:
-    columns = ("id", "webhook_id", "source", "kind", "trust_mode", "verified", "disposition", "todos_created",
-               "received_at")
-    return _act(
-        args, out,
-        lambda c: c.webhooks.list_events(caller=CLI, webhook_id=args.webhook, limit=args.limit, max_limit=1000),
-        lambda d: _table(d["events"], columns),
-    )
+    columns = ("id", "delivery_id", "webhook_id", "source", "kind", "trust_mode", "verified", "disposition",
+               "todos_created", "received_at")
+    with _closing(_container(args)) as c:
+        page = c.webhooks.list_events(caller=CLI, webhook_id=args.webhook, limit=args.limit, max_limit=1000,
+                                      cursor=args.cursor)
+    out.emit(page, lambda d: _table(d["events"], columns))
+    if not out.as_json:
+        _more_hint(page, "events", args.argv)
+    return EXIT_OK
+
+
+def _event_text(event: dict[str, Any]) -> str:
+    """The delivery's facts, its headers one per line, then its body as received."""
+    facts = {k: v for k, v in event.items() if k not in ("headers", "payload", "body")}
+    lines = [_pairs(facts), "headers:"]
+    lines += [f"  {name}: {value}" for name, value in event["headers"].items()]
+    body = event["body"] if event["body"] is not None else json.dumps(event["payload"], indent=2, ensure_ascii=False)
+    lines.append(f"body ({event['size']:,} bytes):")
+    lines.append(body)
+    return "\n".join(lines)
 
 
 def cmd_events_show(args, out: Output) -> int:
-    return _act(args, out, lambda c: c.webhooks.get_event(args.id, caller=CLI))
+    return _act(args, out, lambda c: c.webhooks.get_event(args.id, caller=CLI), _event_text)
 
 
 def _act(args, out: Output, call: Callable[[Any], Any], text: Callable[[Any], str] | None = None) -> int:
@@ -413,7 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--endpoint")
     p.add_argument("--state")
     p.add_argument("--queue")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=int, default=50, help="rows per page, 1..1000 (default 50)")
+    p.add_argument("--cursor", help="continue after a previous page (its next_cursor)")
     for name, func, help_text in (
         ("show", cmd_todo_show, "show a todo in full"),
         ("retry", cmd_todo_retry, "retry a failed todo now, with a fresh budget"),
@@ -456,7 +493,8 @@ def build_parser() -> argparse.ArgumentParser:
     events = groups.add_parser("events", help="stored deliveries").add_subparsers(dest="action", required=True, parser_class=_Parser)
     p = command(events, "list", cmd_events_list, "stored deliveries, newest first")
     p.add_argument("--webhook")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=int, default=50, help="rows per page, 1..1000 (default 50)")
+    p.add_argument("--cursor", help="continue after a previous page (its next_cursor)")
     command(events, "show", cmd_events_show, "one delivery with redacted headers").add_argument("id")
 
     projections = groups.add_parser("projections", help="read models").add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -486,6 +524,7 @@ def _main(argv: Sequence[str] | None) -> int:
     argv = [a for a in argv if a != "--json"]
     out = Output(as_json)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     if not hasattr(args, "database_url"):
         args.database_url = None
     try:

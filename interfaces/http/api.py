@@ -163,15 +163,16 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed) -> Ro
 
     # -- todos
 
-    @get("/todos", summary="List todos", description="Rows newest first (no payload).")
+    @get("/todos", summary="List todos",
+         description="Rows newest first (no payload); `next_cursor` when more follow, `?cursor=` continues.")
     async def list_todos(
         request: Request, endpoint: FromQuery[str | None] = None,
         state_filter: Annotated[str | None, QueryParameter(name="state")] = None,  # `state` is reserved by Litestar
         queue: FromQuery[str | None] = None, limit: FromQuery[int | None] = None,
+        cursor: FromQuery[str | None] = None,
     ) -> dict[str, Any]:
-        rows = await _run(app.list_todos, caller=caller_of(request), endpoint=endpoint, state=state_filter,
-                          queue=queue, limit=limit)
-        return {"todos": rows}
+        return await _run(app.page_todos, caller=caller_of(request), endpoint=endpoint, state=state_filter,
+                          queue=queue, limit=limit, cursor=cursor)
 
     @get("/todos/{todo_id:str}", summary="Get a todo")
     async def get_todo(request: Request, todo_id: FromPath[str]) -> dict[str, Any]:

@@ -47,6 +47,7 @@ class ListTodos(Args):
     queue: Queue = None
     state: Annotated[str | None, _doc("only todos in this state", enum=list(STATES))] = None
     limit: Limit200 = None
+    cursor: Annotated[str | None, _doc("next_cursor of the previous page")] = None
 
 
 class GetTodo(Args):
@@ -172,9 +173,10 @@ def _get_default_lease(s: Services, c: Caller, a: NoArgs) -> dict[str, Any]:
 
 
 VERBS: dict[str, Verb] = {v.name: v for v in (
-    Verb("list_todos", "This endpoint's todos, newest first (rows, no payload).", ListTodos,
-         lambda s, c, a: {"todos": s.app.list_todos(caller=c, state=a.state, queue=a.queue, limit=a.limit,
-                                                    max_limit=200)}),
+    Verb("list_todos", "This endpoint's todos, newest first (rows, no payload); next_cursor when more follow.",
+         ListTodos,
+         lambda s, c, a: s.app.page_todos(caller=c, state=a.state, queue=a.queue, limit=a.limit, max_limit=200,
+                                          cursor=a.cursor)),
     Verb("get_todo", "One todo in full: payload, routing, result and prior attempts.", GetTodo,
          lambda s, c, a: s.app.get_todo(a.id, caller=c)),
     Verb("claim", "Claims this todo under a lease (one attempt); returns it in full.", Claim,

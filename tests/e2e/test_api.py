@@ -228,6 +228,13 @@ def test_list_todos_filters_newest_first_and_limit_bounds(api):
     assert ids(ok(api.get("/todos", params=mine | {"queue": "other"}))["todos"]) == [second["id"]]
     assert ids(ok(api.get("/todos", params=mine | {"queue": "inbox", "state": "pending"}))["todos"]) == [first["id"]]
     assert ids(ok(api.get("/todos", params=mine | {"limit": 1}))["todos"]) == [third["id"]]
+    # a page that does not hold every row says so with next_cursor; ?cursor= continues after it
+    page = ok(api.get("/todos", params=mine | {"limit": 2}))
+    assert ids(page["todos"]) == [third["id"], second["id"]]
+    rest = ok(api.get("/todos", params=mine | {"limit": 2, "cursor": page["next_cursor"]}))
+    assert ids(rest["todos"]) == [first["id"]] and "next_cursor" not in rest
+    refused(api.get("/todos", params=mine | {"cursor": "nonsense"}), 400, "invalid_argument")
+    assert "next_cursor" not in ok(api.get("/todos", params=mine | {"limit": 3}))
     assert len(ok(api.get("/todos", params=mine | {"limit": 1000}))["todos"]) == 3
     assert ok(api.get("/todos", params=mine | {"queue": "quarantine"}))["todos"] == []  # operators may look
     everything = ids(ok(api.get("/todos", params={"limit": 1000}))["todos"])
@@ -777,11 +784,15 @@ def test_rules_replay_compares_candidate_with_saved_rules(api):
 def test_events_list_and_get(api):
     endpoint = vend(api)
     hook = webhook(api, endpoint)
-    first = deliver(hook, {"title": "one"}, headers={"authorization": "Bearer secret", "x-delivery-id": unique("d")})
+    first_delivery_id = unique("d")
+    first = deliver(hook, {"title": "one"}, headers={"authorization": "Bearer secret", "x-delivery-id": first_delivery_id})
     second = deliver(hook, {"title": "two"})
 
     listed = ok(api.get("/events", params={"webhook": hook["webhook_id"]}))
     assert [e["id"] for e in listed["events"]] == [second["event_id"], first["event_id"]]
+    # the sender's delivery id, to match its "recent deliveries" (here X-Delivery-Id, else the body's hash)
+    assert listed["events"][1]["delivery_id"] == first_delivery_id
+    assert listed["events"][0]["delivery_id"].startswith("sha256:")
     assert "next_cursor" not in listed
     for row in listed["events"]:
         assert "payload" not in row and "headers" not in row and "body" not in row
@@ -796,6 +807,7 @@ def test_events_list_and_get(api):
 
     detail = ok(api.get(f"/events/{first['event_id']}"))
     assert EVENT_ID.match(detail["id"]) and detail["id"] == first["event_id"]
+    assert detail["delivery_id"] == first_delivery_id
     assert detail["payload"] == {"title": "one"} and detail["headers"]["authorization"] == REDACTED
     assert detail["webhook_id"] == hook["webhook_id"] and detail["endpoint_id"] == endpoint["endpoint_id"]
     assert [t["id"] for t in detail["todos"]] == [first["id"]] and TODO_ID.match(first["id"])

@@ -97,3 +97,89 @@ def test_rule_files_are_read_from_a_path_or_at_path_and_a_failure_names_the_path
     assert set_bad.refused("invalid_params") == "params must be a JSON object"
     assert test_bad.refused("invalid_params") == "params must be a JSON object"
     assert container.webhooks.rules(wid, caller=CLI) == {"webhook_id": wid, **rules}
+
+
+# -- long listings ---------------------------------------------------------------------------------
+
+
+def _follow(cli, *args: str) -> tuple[list[str], list[str]]:
+    """Every row id of a text listing, following the stderr hint page by page; and the hints."""
+    seen, hints, command = [], [], list(args)
+    while True:
+        result = cli.run(*command).ok()
+        seen += [line.split()[0] for line in result.stdout.splitlines()[1:]]
+        if not result.stderr:
+            return seen, hints
+        (hint,) = result.stderr.splitlines()  # one line, saying how to get the rest
+        hints.append(hint)
+        assert hint.startswith("more "), hint
+        command = hint.split("next page: switchboard ", 1)[1].split()
+
+
+def test_todo_list_says_how_to_get_the_rest_and_continues_by_cursor(store_url, tmp_path, make_container):
+    cli = Cli(store_url, tmp_path)
+    container, vended = _seed(make_container, store_url)
+    for n in range(121):
+        container.app.push(vended["slug"], f"todo {n}", caller=CLI)
+    expected = [r["id"] for r in container.app.list_todos(caller=CLI, endpoint=vended["slug"], limit=1000)]
+
+    first = cli.run("todo", "list", "--endpoint", vended["slug"]).ok()
+    assert len(first.stdout.splitlines()) == 51
+    assert first.stderr.startswith("more todos than the 50 shown; next page: switchboard todo list --endpoint ")
+    seen, hints = _follow(cli, "todo", "list", "--endpoint", vended["slug"])
+    assert seen == expected and len(hints) == 2
+
+    pages, cursor = [], None
+    while True:
+        page = cli.json("todo", "list", "--endpoint", vended["slug"], *(["--cursor", cursor] if cursor else []))
+        pages.append([r["id"] for r in page["todos"]])
+        cursor = page.get("next_cursor")
+        if cursor is None:
+            break
+    assert [len(p) for p in pages] == [50, 50, 21] and sum(pages, []) == expected
+    everything = cli.run("todo", "list", "--limit", "1000").ok()
+    assert everything.stderr == "" and len(everything.stdout.splitlines()) == 122
+    cli.run("todo", "list", "--cursor", "nonsense").refused("invalid_argument")
+
+
+def test_events_list_shows_delivery_ids_pages_by_cursor_and_events_show_prints_the_body(store_url, tmp_path,
+                                                                                        make_container):
+    cli = Cli(store_url, tmp_path)
+    container, vended = _seed(make_container, store_url)
+    hook = _github_hook(container, vended)
+    generic = container.webhooks.create(caller=CLI, endpoint=vended["slug"], source_type="generic",
+                                        target_queue="work")
+    body = fixture("github_issues_opened.json")
+    first = _deliver(container, hook, body, delivery="72d3162e-cc78-11e3-81ab-4c9367dc0958")
+    second = _deliver(container, hook, b"Disk full on web-3\n", content_type="text/plain")
+    plain = b'{"title": "no id"}'
+    third = container.webhooks.ingest(generic["ingest_url"].rsplit("/", 1)[1], {"Content-Type": "application/json"},
+                                      plain, remote_addr="192.0.2.2")
+
+    listed = cli.json("events", "list")
+    rows = {row["id"]: row for row in listed["events"]}
+    assert rows[first["event_id"]]["delivery_id"] == "72d3162e-cc78-11e3-81ab-4c9367dc0958"
+    assert rows[third["event_id"]]["delivery_id"] == "sha256:" + hashlib.sha256(plain).hexdigest()
+    table = cli.run("events", "list", "--webhook", hook["webhook_id"]).ok().stdout.splitlines()
+    assert table[0].split()[:2] == ["ID", "DELIVERY_ID"]
+    assert table[2].split()[:2] == [first["event_id"], "72d3162e-cc78-11e3-81ab-4c9367dc0958"]
+
+    seen, hints = _follow(cli, "events", "list", "--limit", "2")
+    assert seen == [third["event_id"], second["event_id"], first["event_id"]] and len(hints) == 1
+    assert hints[0].startswith("more events than the 2 shown; next page: switchboard events list --limit 2 --cursor ")
+    page = cli.json("events", "list", "--limit", "2")
+    assert [e["id"] for e in cli.json("events", "list", "--limit", "2", "--cursor", page["next_cursor"])["events"]] == [
+        first["event_id"]]
+
+    shown = cli.run("events", "show", first["event_id"]).ok().stdout
+    assert "delivery_id: 72d3162e-cc78-11e3-81ab-4c9367dc0958" in shown
+    assert f"body ({len(body):,} bytes):" in shown
+    assert json.loads(shown.split(f"body ({len(body):,} bytes):\n", 1)[1]) == json.loads(body)
+    assert "  x-hub-signature-256: «redacted»" in shown
+    text = cli.run("events", "show", second["event_id"]).ok().stdout
+    assert text.endswith("body (19 bytes):\nDisk full on web-3\n\n")
+    detail = cli.json("events", "show", first["event_id"])
+    assert detail["delivery_id"] == "72d3162e-cc78-11e3-81ab-4c9367dc0958" and detail["payload"] == json.loads(body)
+    # the todo a body that is not JSON opened says what it is
+    todo = container.app.get_todo(second["id"], caller=CLI)
+    assert todo["title"] == "issues: not JSON, 19 bytes (text/plain): Disk full on web-3"
