@@ -538,8 +538,10 @@ def test_a_faulting_rule_quarantines_one_todo_on_the_owner(sb):
     assert answer["faulted"] is True and "dropped" not in answer
     assert [(t["endpoint_id"], t["queue"]) for t in answer["todos"]] == [(owner["endpoint_id"], "quarantine")]
     trace = sb.app.get_todo(answer["id"], caller=CLI)["routing"]
-    assert trace == {"stage": "fault", "rule_index": 0, "rule_id": "boom", "action": {"queue": "quarantine"}}
-    assert hooks(sb).get_event(answer["event_id"], caller=me(owner))["disposition"] == "faulted"
+    assert trace == {"stage": "fault", "rule_index": 0, "rule_id": "boom", "reason": "error",
+                     "detail": "design for failure.", "action": {"queue": "quarantine"}}
+    stored = hooks(sb).get_event(answer["event_id"], caller=me(owner))
+    assert stored["disposition"] == "faulted" and stored["routing"] == trace
     assert sb.app.list_todos(caller=agent(owner)) == []
     assert code_of(lambda: sb.app.get_todo(answer["id"], caller=agent(owner))) == "not_found"
     assert [r["id"] for r in sb.app.list_todos(caller=CLI, queue="quarantine", endpoint=owner["slug"])] \
@@ -1014,3 +1016,29 @@ def test_projections_verify_clean_after_a_webhook_workload(sb):
     assert (service.list(caller=CLI), service.list_events(caller=CLI, limit=200)) == before
     assert github(sb, rotated)["created"] == 2
     assert code_of(lambda: generic(sb, doomed, {"title": "gone"})) == "not_found"
+
+
+def test_a_delivery_too_large_to_read_within_the_budget_is_held_and_its_trace_says_so(sb, monkeypatch):
+    """As a 5 MiB payload with trivial rules was: held, with `reason: too_large` (not a bare fault),
+    on the todo, on the stored delivery, and in a dry run of it."""
+    owner = sb.vend("large")
+    hook = create(sb, owner, "generic")
+    hooks(sb).set_rules(hook["webhook_id"], {"rules": [rule("trivial", '.kind == "push"', {"drop": True})]},
+                        caller=me(owner))
+    # a budget this machine cannot read 2 MiB of JSON in, whatever its speed (5 MiB took 130-400 ms
+    # at the default 250 ms); small deliveries still route within it
+    monkeypatch.setattr(hooks(sb).engine, "delivery_budget", 0.01)
+    big = {"title": "big", "items": [{"n": i, "text": "x" * 200} for i in range(10_000)]}
+    assert len(json.dumps(big)) > 2 * 1024 * 1024
+
+    answer = generic(sb, hook, big)
+    small = generic(sb, hook, {"title": "small"})
+
+    assert answer["faulted"] is True and answer["queue"] == "quarantine"
+    trace = sb.app.get_todo(answer["id"], caller=CLI)["routing"]
+    assert trace["stage"] == "fault" and trace["reason"] == "too_large" and "rule_index" not in trace
+    assert re.fullmatch(r"the [\d,]+-byte envelope could not be read within the 10 ms delivery budget", trace["detail"])
+    assert hooks(sb).get_event(answer["event_id"], caller=me(owner))["routing"] == trace
+    tested = hooks(sb).test_rules(hook["webhook_id"], caller=me(owner), event_id=answer["event_id"])
+    assert tested["trace"]["reason"] == "too_large" and tested["decision"]["faulted"] is True
+    assert "faulted" not in small and small["queue"] == owner["queues"][0]

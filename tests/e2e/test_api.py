@@ -392,7 +392,8 @@ def test_a_quarantined_todo_moves_to_a_queue_of_its_endpoint(api, boom_hook):
     assert todo_id in ids(listed["todos"])
     held = todo(api, todo_id)
     assert (held["queue"], held["state"]) == ("quarantine", "pending")
-    assert held["routing"] == {"stage": "fault", "rule_index": 0, "rule_id": "boom", "action": {"queue": "quarantine"}}
+    assert held["routing"] == {"stage": "fault", "rule_index": 0, "rule_id": "boom", "reason": "error",
+                               "detail": "boom", "action": {"queue": "quarantine"}}
 
     path = f"/todos/{todo_id}/move"
     refused(api.post(path, {"queue": "elsewhere"}), 403, "forbidden")  # not one of the endpoint's queues

@@ -106,7 +106,8 @@ def test_pathological_rule_quarantines_while_healthz_stays_fast(stack, expr, tmp
     poller.stop.set()
     poller.join(timeout=5)
 
-    trace = {"stage": "fault", "rule_index": 0, "rule_id": "slow", "action": {"queue": "quarantine"}}
+    trace = {"stage": "fault", "rule_index": 0, "rule_id": "slow", "reason": "timeout",
+             "detail": "rule #1 did not finish within its time budget", "action": {"queue": "quarantine"}}
     for response in responses:
         answer = assert_accepted(response, trust_mode="token", verified=False, queue="quarantine", created=1,
                                  endpoint_ids=[owner["endpoint_id"]])  # the owner only, never the route
@@ -276,7 +277,8 @@ def test_rules_test_and_replay(stack, owner, tmp_path):
     faulting = faulting.json()
     assert faulting["decision"] == {"drop": False, "queue": "quarantine", "endpoints": [owner["endpoint_id"]],
                                     "faulted": True}
-    assert faulting["trace"] == {"stage": "fault", "rule_index": 0, "rule_id": "bad", "action": {"queue": "quarantine"}}
+    assert faulting["trace"] == {"stage": "fault", "rule_index": 0, "rule_id": "bad", "reason": "error",
+                                 "detail": "nope", "action": {"queue": "quarantine"}}
     neither.usage()
     both.usage()
     assert stack.events_of(hook) == []  # a dry run stores nothing

@@ -328,12 +328,15 @@ def test_no_match_takes_the_default_action(default_action, expected):
 def test_a_fault_holds_one_todo_in_quarantine_on_the_owner():
     decision = decide(SET, Faulted(1, "timeout"), targets=TARGETS, target_queue="inbox")
     assert decision.to_json() == {"drop": False, "queue": "quarantine", "endpoints": ["ep_owner"], "faulted": True}
-    assert decision.trace == {"stage": "fault", "rule_index": 1, "rule_id": "some", "action": {"queue": "quarantine"}}
+    assert decision.trace == {"stage": "fault", "rule_index": 1, "rule_id": "some", "reason": "timeout",
+                              "detail": "rule #2 did not finish within its time budget",
+                              "action": {"queue": "quarantine"}}
 
 
 def test_a_fault_no_rule_is_blamed_for_has_no_rule_in_its_trace():
     decision = decide(SET, Faulted(None, "error: parse error"), targets=TARGETS, target_queue="inbox")
-    assert decision.trace == {"stage": "fault", "action": {"queue": "quarantine"}}
+    assert decision.trace == {"stage": "fault", "reason": "error", "detail": "parse error",
+                              "action": {"queue": "quarantine"}}
     assert decide(SET, Faulted(None, "x"), targets=(), target_queue="inbox").endpoints == ()
 
 
@@ -361,3 +364,19 @@ def test_rules_are_named_by_position_and_id():
     assert rule_label(2, "rule_ab") == "rule 2 (rule_ab)"
     assert rule_label(0) == "rule 0"
     assert rule_label(None) == "the rules"
+
+
+@pytest.mark.parametrize(("outcome", "reason", "detail"), [
+    (Faulted(0, "timeout"), "timeout", "rule #1 did not finish within its time budget"),
+    (Faulted(None, "timeout"), "timeout", "the rules did not finish within the delivery's time budget"),
+    (Faulted(2, "error: explode input must be a string"), "error", "explode input must be a string"),
+    (Faulted(None, "error: rule worker crashed"), "error", "rule worker crashed"),
+    (Faulted(None, "too_large: the 5,242,880-byte envelope could not be read within the 250 ms delivery budget"),
+     "too_large", "the 5,242,880-byte envelope could not be read within the 250 ms delivery budget"),
+    (Faulted(None, "something odd"), "error", "something odd"),
+])
+def test_a_fault_trace_says_why(outcome, reason, detail):
+    trace = decide(SET, outcome, targets=TARGETS, target_queue="inbox").trace
+    assert (trace["stage"], trace["reason"], trace["detail"]) == ("fault", reason, detail)
+    assert trace["action"] == {"queue": "quarantine"}
+    assert ("rule_index" in trace) == (outcome.index is not None)
