@@ -7,6 +7,7 @@ Exit codes: 0 ok, 1 refused (or the store/settings unusable), 2 usage error.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shlex
@@ -231,14 +232,29 @@ def cmd_todo_retry(args, out: Output) -> int:
         lambda r: f"{r['id']} {r['state']} (attempt {r['attempt']}/{r['max_attempts']})")
 
 
+BULKY_FIELDS = ("payload", "result")  # shown by size and digest in text: they can be megabytes
+
+
+def _digest_line(name: str, value: Any) -> str:
+    """`payload: 22,016 bytes, sha256 <hex>`, of the value's compact JSON encoding (UTF-8)."""
+    encoded = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return f"{name}: {len(encoded):,} bytes, sha256 {hashlib.sha256(encoded).hexdigest()}"
+
+
+def _history_text(d: dict[str, Any]) -> str:
+    lines = []
+    for e in d["events"]:
+        data = {k: v for k, v in e["data"].items() if k not in BULKY_FIELDS or v is None}
+        lines.append(f"{e['position']:>8}  v{e['version']:<3} {e['time']}  {e['type']:<14} {e['actor']:<28} "
+                     f"{e['cause']:<16} " + json.dumps(data, separators=(",", ":"), ensure_ascii=False))
+        lines += [" " * 10 + _digest_line(k, v) for k, v in e["data"].items() if k in BULKY_FIELDS and v is not None]
+    return "\n".join(lines)
+
+
 def cmd_todo_history(args, out: Output) -> int:
     with _closing(_container(args)) as c:
         history = c.app.history(args.id, caller=CLI)
-    out.emit({"events": history["events"]}, lambda d: "\n".join(
-        f"{e['position']:>8}  v{e['version']:<3} {e['time']}  {e['type']:<14} {e['actor']:<28} {e['cause']:<16} "
-        + json.dumps(e["data"], separators=(",", ":"))
-        for e in d["events"]
-    ))
+    out.emit({"events": history["events"]}, _history_text)
     return EXIT_OK
 
 
@@ -454,7 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, func, help_text in (
         ("show", cmd_todo_show, "show a todo in full"),
         ("retry", cmd_todo_retry, "retry a failed todo now, with a fresh budget"),
-        ("history", cmd_todo_history, "every domain event of a todo"),
+        ("history", cmd_todo_history, "every domain event of a todo (payloads by size and digest; --json whole)"),
     ):
         command(todo, name, func, help_text).add_argument("id")
 

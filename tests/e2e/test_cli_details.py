@@ -183,3 +183,30 @@ def test_events_list_shows_delivery_ids_pages_by_cursor_and_events_show_prints_t
     # the todo a body that is not JSON opened says what it is
     todo = container.app.get_todo(second["id"], caller=CLI)
     assert todo["title"] == "issues: not JSON, 19 bytes (text/plain): Disk full on web-3"
+
+
+# -- history ---------------------------------------------------------------------------------------
+
+
+def test_todo_history_text_shows_payloads_by_size_and_digest_and_json_shows_them_whole(store_url, tmp_path,
+                                                                                       make_container):
+    cli = Cli(store_url, tmp_path)
+    container, vended = _seed(make_container, store_url)
+    payload = {"blob": "é" * 11_000}
+    todo = container.app.push(vended["slug"], "big one", caller=CLI, payload=payload)["todo"]
+    agent = Caller("endpoint", vended["slug"])
+    container.app.claim(todo["id"], caller=agent)
+    container.app.complete(todo["id"], caller=agent, result={"ok": True}, summary="done")
+    encoded = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+
+    text = cli.run("todo", "history", todo["id"]).ok().stdout
+    assert len(text) < 2000 and "éééé" not in text
+    assert f"payload: {len(encoded):,} bytes, sha256 {hashlib.sha256(encoded).hexdigest()}" in text
+    assert "payload: 22,011 bytes, sha256 " in text
+    result = json.dumps({"ok": True}, separators=(",", ":")).encode()
+    assert f"result: {len(result)} bytes, sha256 {hashlib.sha256(result).hexdigest()}" in text
+    lines = text.splitlines()
+    assert "TodoOpened" in lines[0] and lines[1].strip().startswith("payload: ")
+    whole = cli.json("todo", "history", todo["id"])
+    assert whole["events"][0]["data"]["payload"] == payload
+    assert whole["events"][-1]["data"]["result"] == {"ok": True}
