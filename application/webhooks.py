@@ -30,7 +30,7 @@ from domain.ingest import (
 )
 from domain.names import ENDPOINT_PREFIX, QUARANTINE, TODO_PREFIX, check_queue_name, format_id, parse_id
 from domain.routing import (
-    Decision, Faulted, Matched, NoMatch, RuleSet, check_grant, decide, envelope, parse_rule_set,
+    Decision, Faulted, Matched, NoMatch, RuleSet, check_grant, decide, envelope, parse_rule_set, rule_label,
 )
 from domain.todo import Todo
 from domain.webhook import WEBHOOK_PREFIX, Webhook
@@ -271,9 +271,9 @@ class Webhooks:
             outcomes = self.engine.evaluate_many(rule_set, [env for _, env in recent])
             for (event_id, _), (outcome, _) in zip(recent, outcomes):
                 if isinstance(outcome, Faulted):
-                    rule = rule_set.rules[outcome.index] if outcome.index is not None else None
-                    named = f"rule {outcome.index} ({rule.id})" if rule else "the rules"
-                    raise InvalidArgument(f"{named} faulted on delivery {event_id}: {outcome.reason}")
+                    index = outcome.index if outcome.index is not None and outcome.index < len(rule_set.rules) else None
+                    named = rule_label(index, rule_set.rules[index].id if index is not None else None)
+                    raise InvalidArgument(f"{named} faulted on delivery {event_id}: {outcome.kind}: {outcome.detail}")
         saved = rule_set.to_json()
         self._change(webhook_id, caller, lambda w, uow: w.set_rules(
             now=uow.now, actor=caller.label, rules=saved["rules"], default_action=saved["default_action"],

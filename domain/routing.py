@@ -10,8 +10,8 @@ lexical scan for forbidden jq functions), checks actions against a grant, and tu
 evaluator's outcome into a `Decision`. Compiling and running jq happens elsewhere
 (`interfaces/rules`), behind the `Matched` / `NoMatch` / `Faulted` outcomes defined here.
 
-Rules are named in messages by their 0-based position, as in the trace's `rule_index`:
-"rule 2 (rule_ab12…): …".
+Rules are named in messages by number, counting from 1 as people do ("rule #3 (rule_ab12…): …"
+is the rule at `rule_index` 2 of a trace, which counts from 0).
 """
 
 from __future__ import annotations
@@ -213,10 +213,10 @@ def envelope(*, source: str, kind: str | None, webhook_id: str, trust_mode: str,
 
 
 def rule_label(index: int | None, rule_id: str | None = None) -> str:
-    """How messages name a rule: "rule 2 (rule_ab12…)", by 0-based position as in the trace."""
+    """How messages name the rule at 0-based `index`: "rule #3 (rule_ab12…)", counting from 1."""
     if index is None:
         return "the rules"
-    return f"rule {index} ({rule_id})" if rule_id else f"rule {index}"
+    return f"rule #{index + 1} ({rule_id})" if rule_id else f"rule #{index + 1}"
 
 
 # --- parsing and checks ----------------------------------------------------------------------

@@ -337,8 +337,25 @@ def cmd_rules_test(args, out: Output) -> int:
         args, out,
         lambda c: c.webhooks.test_rules(args.webhook, caller=CLI, payload=payload, headers=headers, event_id=args.event,
                                         candidate=candidate, has_payload=args.payload is not None),
-        lambda r: json.dumps({"decision": r["decision"], "trace": r["trace"]}, indent=2),
+        _dry_run_text,
     )
+
+
+def _dry_run_text(r: dict[str, Any]) -> str:
+    """The decision, the rule that made it (numbered from 1, as people count), then the trace."""
+    decision, trace = r["decision"], r["trace"]
+    on = f" on {', '.join(decision['endpoints'])}" if decision["endpoints"] and not decision["drop"] else ""
+    lines = [f"decision: {_decision_text(decision)}{on}"]
+    index = trace.get("rule_index")
+    rule = f"rule #{index + 1} ({trace.get('rule_id')})" if isinstance(index, int) else "the rules"
+    if trace["stage"] == "rule":
+        lines.append(f"matched: {rule}")
+    elif trace["stage"] == "default":
+        lines.append("matched: no rule (the default action)")
+    elif trace["stage"] == "fault":
+        lines.append(f"fault: {trace.get('reason', 'error')} in {rule}: {trace.get('detail', '')}")
+    lines.append("trace: " + json.dumps(trace, ensure_ascii=False))
+    return "\n".join(lines)
 
 
 def _decision_text(decision: dict[str, Any]) -> str:
@@ -351,7 +368,8 @@ def _replay_text(r: dict[str, Any]) -> str:
     for ch in r["changed"]:
         lines.append(f"changed: {ch['event_id']} {ch['kind'] or '-'} {ch['title']}")
         before, after = ch["before"], ch["after"]
-        moved = "" if before["endpoints"] == after["endpoints"] or after["drop"] else (
+        queued = not (before["drop"] or after["drop"] or before["faulted"] or after["faulted"])
+        moved = "" if not queued or before["endpoints"] == after["endpoints"] else (
             f" (endpoints {', '.join(before['endpoints']) or '-'} -> {', '.join(after['endpoints']) or '-'})")
         lines.append(f"  {_decision_text(before)} -> {_decision_text(after)}{moved}")
     return "\n".join(lines)

@@ -805,7 +805,7 @@ def test_set_rules_refusals_name_their_code_and_change_nothing(sb):
     for code, document in [*cases.items(), *more]:
         got, message = refusal(lambda: hooks(sb).set_rules(hook["webhook_id"], document, caller=me(owner)))
         assert got == code, (code, document, message)
-    assert "rule 1 (broken)" in refusal(lambda: hooks(sb).set_rules(
+    assert "rule #2 (broken)" in refusal(lambda: hooks(sb).set_rules(
         hook["webhook_id"], cases["invalid_expression"], caller=me(owner)))[1]
 
     # a save is dry-run over recent deliveries: a rule that faults on one is refused, naming both
@@ -815,7 +815,7 @@ def test_set_rules_refusals_name_their_code_and_change_nothing(sb):
         rule("faulty", ".payload.zen | ascii_downcase | error", {"drop": True}),
     ]}, caller=me(owner)))
     assert code == "invalid_argument"
-    assert "rule 1 (faulty)" in message and delivered["event_id"] in message
+    assert "rule #2 (faulty)" in message and delivered["event_id"] in message
 
     assert hooks(sb).rules(hook["webhook_id"], caller=me(owner)) == before
 

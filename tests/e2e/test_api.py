@@ -693,7 +693,7 @@ def test_every_refused_rule_save_keeps_the_saved_rules(api, document, status, co
     saved = ok(api.put(path, {"rules": [_rule("keep", '.payload.keep == true')], "params": {"p": 1}}))
     message = refused(api.put(path, document), status, code)
     if code not in ("invalid_argument", "invalid_params", "too_many_rules", "validation_failed"):
-        assert "rule 0" in message or "rule 1" in message, message  # the error names the rule
+        assert "rule #1" in message or "rule #2" in message, message  # the error names the rule
     assert ok(api.get(path)) == saved
 
 
@@ -704,7 +704,7 @@ def test_a_rule_save_that_faults_on_a_stored_delivery_is_refused(api):
     saved = ok(api.put(path, {"rules": [_rule("keep", ".payload.keep == true")]}))
     event_id = deliver(hook, {"boom": True})["event_id"]
     message = refused(api.put(path, BOOM_RULES), 400, "invalid_argument")
-    assert "rule 0 (boom)" in message and event_id in message, message
+    assert "rule #1 (boom)" in message and event_id in message, message
     assert ok(api.get(path)) == saved
 
 

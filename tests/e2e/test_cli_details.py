@@ -210,3 +210,29 @@ def test_todo_history_text_shows_payloads_by_size_and_digest_and_json_shows_them
     whole = cli.json("todo", "history", todo["id"])
     assert whole["events"][0]["data"]["payload"] == payload
     assert whole["events"][-1]["data"]["result"] == {"ok": True}
+
+
+def test_rules_test_text_numbers_rules_from_one_and_says_why_a_fault_happened(store_url, tmp_path, make_container):
+    cli = Cli(store_url, tmp_path)
+    container, vended = _seed(make_container, store_url)
+    hook = _github_hook(container, vended)
+    _write(tmp_path / "candidate.json", {"rules": [
+        {"id": "pings", "expr": '.kind == "ping"', "action": {"drop": True}},
+        {"id": "issues", "expr": '.kind == "issues"', "action": {"queue": "other"}},
+        {"id": "boom", "expr": 'if .kind == "push" then error("no pushes here") else false end',
+         "action": {"drop": True}},
+    ]})
+    second, fault, default = (  # one at a time: side by side, a busy machine can blow a 50 ms rule budget
+        cli.run("rules", "test", hook["webhook_id"], "--payload", "{}", "--header", f"X-GitHub-Event:{kind}",
+                "--rules", "candidate.json") for kind in ("issues", "push", "star"))
+    assert second.ok().stdout.splitlines()[:2] == [f"decision: queue:other on {vended['endpoint_id']}",
+                                                   "matched: rule #2 (issues)"]
+    assert '"rule_index": 1' in second.stdout  # the trace itself still counts from 0
+    assert fault.ok().stdout.splitlines()[1] == "fault: error in rule #3 (boom): no pushes here"
+    assert default.ok().stdout.splitlines()[:2] == [f"decision: queue:work on {vended['endpoint_id']}",
+                                                    "matched: no rule (the default action)"]
+    # refusals name rules the same way
+    _write(tmp_path / "bad.json", {"rules": [{"id": "ok", "expr": "true", "action": {"drop": True}},
+                                             {"id": "broken", "expr": ".payload | ((", "action": {"drop": True}}]})
+    message = cli.run("rules", "set", hook["webhook_id"], "--file", "bad.json").refused("invalid_expression")
+    assert message.startswith("rule #2 (broken): does not compile")

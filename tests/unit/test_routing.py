@@ -128,23 +128,23 @@ def test_an_invalid_rule_is_refused_naming_it(bad_rule, says):
         return
     error = refusal(document)
     assert error.code == "invalid_rule"
-    assert error.message.startswith("rule 1")
+    assert error.message.startswith("rule #2")
     assert says in error.message
 
 
 def test_the_message_carries_the_rule_id_when_there_is_one():
     error = refusal({"rules": [rule(id="keep"), rule(id="mine", action={"queue": "quarantine"})]})
-    assert error.message.startswith("rule 1 (mine): ")
+    assert error.message.startswith("rule #2 (mine): ")
 
 
 def test_rule_ids_must_be_unique():
     error = refusal({"rules": [rule(id="same"), rule(id="same")]})
-    assert (error.code, error.message) == ("invalid_rule", "rule 1 (same): duplicate id")
+    assert (error.code, error.message) == ("invalid_rule", "rule #2 (same): duplicate id")
 
 
 def test_ids_are_required_when_asked_for():
     error = refusal({"rules": [rule(id="a"), rule()]}, require_ids=True)
-    assert error.code == "invalid_rule" and error.message == "rule 1: id is required"
+    assert error.code == "invalid_rule" and error.message == "rule #2: id is required"
 
 
 @pytest.mark.parametrize("default_action", [{"queue": "quarantine"}, {"drop": False}, {"queue": "w", "x": 1}, "w"])
@@ -206,7 +206,7 @@ def test_a_forbidden_function_is_found(expr, name):
     assert find_forbidden(expr) == name
     error = refusal({"rules": [rule(id="ok"), rule(expr, id="bad")]})
     assert error.code == "forbidden_function"
-    assert error.message.startswith("rule 1 (bad): ") and name in error.message
+    assert error.message.startswith("rule #2 (bad): ") and name in error.message
 
 
 @pytest.mark.parametrize("expr", [
@@ -262,8 +262,8 @@ def test_actions_within_the_grant_pass():
 
 
 @pytest.mark.parametrize("document, starts", [
-    ({"rules": [rule(id="a"), rule(id="b", action={"queue": "secret"})]}, "rule 1 (b): queue 'secret'"),
-    ({"rules": [rule(id="a", action={"queue": "work", "endpoints": ["ep_other"]})]}, "rule 0 (a): endpoint 'ep_other'"),
+    ({"rules": [rule(id="a"), rule(id="b", action={"queue": "secret"})]}, "rule #2 (b): queue 'secret'"),
+    ({"rules": [rule(id="a", action={"queue": "work", "endpoints": ["ep_other"]})]}, "rule #1 (a): endpoint 'ep_other'"),
     ({"rules": [], "default_action": {"queue": "secret"}}, "default action: queue 'secret'"),
 ])
 def test_an_action_outside_the_grant_is_forbidden_naming_the_rule(document, starts):
@@ -361,8 +361,8 @@ def test_the_envelope_has_the_contract_keys_and_lower_cased_headers():
 
 
 def test_rules_are_named_by_position_and_id():
-    assert rule_label(2, "rule_ab") == "rule 2 (rule_ab)"
-    assert rule_label(0) == "rule 0"
+    assert rule_label(2, "rule_ab") == "rule #3 (rule_ab)"
+    assert rule_label(0) == "rule #1"
     assert rule_label(None) == "the rules"
 
 
