@@ -272,10 +272,11 @@ def _not_json_title(kind: str | None, body: bytes | None, size: int | None, cont
         described += f" ({media_type})"
     first_line = None
     if body is not None:
+        chunk = body[:NOT_JSON_PREVIEW_BYTES]
         try:
-            text = body[:NOT_JSON_PREVIEW_BYTES].decode("utf-8")
-        except UnicodeDecodeError:
-            text = ""  # binary, or UTF-8 cut mid-character: no preview
+            text = chunk.decode("utf-8")
+        except UnicodeDecodeError as error:  # a character cut by the preview's end, or binary
+            text = chunk[:error.start].decode("utf-8") if error.start > len(chunk) - 4 else ""
         lines = [line for line in text.splitlines() if line.strip()]
         first_line = _text(lines[0]) if lines else None
     return f"{described}: {first_line}" if first_line else described

@@ -28,7 +28,7 @@ from domain.ingest import (
     trust_of,
     verify_signature,
 )
-from domain.todo import TITLE_MAX_CHARS
+from domain.todo import TITLE_MAX_CHARS, one_line_title
 from tests.fixtures import cairn_event, fixture, fixture_json, hmac_hex, sign
 
 NOW = datetime(2026, 1, 21, 15, 2, 30, tzinfo=timezone.utc)
@@ -764,6 +764,12 @@ def test_a_forge_delivery_it_cannot_read_gets_a_generic_title() -> None:
 def test_a_body_that_is_not_json_is_titled_by_its_size_type_and_first_line(body, content_type, title) -> None:
     assert derive_title("github", "issues", parse_payload(body, content_type), body=body,
                         content_type=content_type) == title
+
+
+def test_a_long_text_body_cut_mid_character_still_gets_its_first_line() -> None:
+    body = ("é" * 600).encode()  # 1200 bytes: the 1024-byte preview ends inside a character
+    assert derive_title("generic", None, None, body=body, content_type="text/plain") == one_line_title(
+        "webhook: not JSON, 1,200 bytes (text/plain): " + "é" * 512)
 
 
 def test_a_stored_envelope_without_its_body_is_titled_by_its_size() -> None:
