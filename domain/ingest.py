@@ -276,7 +276,8 @@ def _not_json_title(kind: str | None, body: bytes | None, size: int | None, cont
         try:
             text = chunk.decode("utf-8")
         except UnicodeDecodeError as error:  # a character cut by the preview's end, or binary
-            text = chunk[:error.start].decode("utf-8") if error.start > len(chunk) - 4 else ""
+            cut = len(chunk) < len(body) and error.start > len(chunk) - 4
+            text = chunk[:error.start].decode("utf-8") if cut else ""
         lines = [line for line in text.splitlines() if line.strip()]
         first_line = _text(lines[0]) if lines else None
     return f"{described}: {first_line}" if first_line else described

@@ -772,6 +772,13 @@ def test_a_long_text_body_cut_mid_character_still_gets_its_first_line() -> None:
         "webhook: not JSON, 1,200 bytes (text/plain): " + "é" * 512)
 
 
+def test_a_short_body_that_is_not_utf8_near_its_end_gets_no_first_line() -> None:
+    # the whole body was read (no preview cut), so a bad byte at its end is not a cut character
+    for body in (b"\x00\x01\x02binary\xff", b"ouvert caf\xe9"):
+        assert derive_title("github", "issues", None, body=body, content_type="application/octet-stream") == (
+            f"issues: not JSON, {len(body)} bytes (application/octet-stream)")
+
+
 def test_a_stored_envelope_without_its_body_is_titled_by_its_size() -> None:
     assert derive_title("generic", None, None, size=2048, content_type="text/csv") == (
         "webhook: not JSON, 2,048 bytes (text/csv)")
