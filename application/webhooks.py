@@ -503,7 +503,7 @@ class Webhooks:
         before: int | None = None
         if cursor is not None:
             if not re.fullmatch(r"\d{1,19}", str(cursor)) or int(cursor) >= 2**63:
-                raise InvalidArgument("bad cursor")
+                raise InvalidArgument("bad cursor: give the next_cursor of the previous page")
             before = int(cursor)
         self.views.catch_up()
         if webhook_id is not None:

@@ -729,6 +729,9 @@ def test_list_events_pages_newest_first_by_cursor_without_payload_or_headers(sb)
         assert code_of(lambda: service.list_events(caller=me(vended), limit=bad)) == "invalid_argument"
     assert len(service.list_events(caller=me(vended), limit=200)["events"]) == 6
     assert code_of(lambda: service.list_events(caller=me(vended), cursor="abc")) == "invalid_argument"
+    # the same words as a bad todo cursor: what to pass instead
+    assert refusal(lambda: service.list_events(caller=me(vended), cursor="abc"))[1] == (
+        "bad cursor: give the next_cursor of the previous page")
     assert code_of(lambda: service.list_events(caller=me(vended), webhook_id=random_webhook_id())) == "not_found"
 
 
