@@ -525,8 +525,10 @@ class Webhooks:
             answer["next_cursor"] = str(next_position)
         return answer
 
-    def get_event(self, event_id: str, *, caller: Caller) -> dict[str, Any]:
-        """One delivery with redacted headers and payload, and the sender's delivery id."""
+    def get_event(self, event_id: str, *, caller: Caller, raw_body: bool = False) -> dict[str, Any]:
+        """One delivery with redacted headers and payload, and the sender's delivery id.
+
+        `body` is the body as received when it is not JSON, or always with `raw_body`."""
         parsed = parse_id(DELIVERY_PREFIX, event_id)
         delivery = self.store.load(Delivery, parsed) if parsed else None
         if delivery is None:
@@ -541,7 +543,8 @@ class Webhooks:
             "source": delivery.source, "kind": delivery.kind, "trust_mode": delivery.trust_mode,
             "verified": delivery.verified, "remote_addr": delivery.remote_addr,
             "content_type": delivery.content_type, "size": delivery.size, "headers": delivery.headers,
-            "payload": payload, "body": None if payload is not None else delivery.body.decode(errors="replace"),
+            "payload": payload,
+            "body": None if payload is not None and not raw_body else delivery.body.decode(errors="replace"),
             "disposition": delivery.disposition, "routing": delivery.routing, "todos": delivery.todos,
             "received_at": iso(delivery.received_at),
         }

@@ -405,7 +405,8 @@ def _event_text(event: dict[str, Any]) -> str:
 
 
 def cmd_events_show(args, out: Output) -> int:
-    return _act(args, out, lambda c: c.webhooks.get_event(args.id, caller=CLI), _event_text)
+    # the text shows the body as received (a JSON body too, not re-encoded); --json the parsed payload
+    return _act(args, out, lambda c: c.webhooks.get_event(args.id, caller=CLI, raw_body=not out.as_json), _event_text)
 
 
 def _act(args, out: Output, call: Callable[[Any], Any], text: Callable[[Any], str] | None = None) -> int:

@@ -185,6 +185,18 @@ def test_events_list_shows_delivery_ids_pages_by_cursor_and_events_show_prints_t
     assert todo["title"] == "issues: not JSON, 19 bytes (text/plain): Disk full on web-3"
 
 
+def test_events_show_prints_a_json_body_as_received_not_reformatted(store_url, tmp_path, make_container):
+    cli = Cli(store_url, tmp_path)
+    container, vended = _seed(make_container, store_url)
+    hook = _github_hook(container, vended)
+    body = b'{"title":"one","n":1.0e3,"z":1,"a":2}\n'  # compact, a float as sent, keys not sorted
+    answer = _deliver(container, hook, body)
+    text = cli.run("events", "show", answer["event_id"]).ok().stdout
+    assert text.endswith(f"body ({len(body)} bytes):\n{body.decode()}\n"), text
+    detail = cli.json("events", "show", answer["event_id"])  # --json unchanged: the parsed payload
+    assert detail["payload"] == json.loads(body) and detail["body"] is None
+
+
 # -- history ---------------------------------------------------------------------------------------
 
 
