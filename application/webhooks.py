@@ -26,8 +26,8 @@ from domain.errors import Forbidden, InvalidArgument, NotFound
 from domain.events import Aggregate
 from domain.idempotency import IdempotencyKey, key_uuid
 from domain.ingest import (
-    SIGNED_SOURCES, delivery_id, delivery_kind, derive_title, new_signing_secret, parse_payload,
-    redact_headers, trust_of, verify_signature,
+    SIGNED_SOURCES, check_single_signatures, delivery_id, delivery_kind, derive_title, new_signing_secret,
+    parse_payload, redact_headers, trust_of, verify_signature,
 )
 from domain.names import ENDPOINT_PREFIX, QUARANTINE, TODO_PREFIX, check_queue_name, format_id, parse_id
 from domain.routing import (
@@ -455,6 +455,7 @@ class Webhooks:
         """Verifies, routes and records one delivery; returns the 202 body."""
         lowered = {k.lower(): v for k, v in headers.items()}
         webhook, owner, loaded = self.resolve(token, headers=lowered, body=body)
+        check_single_signatures(webhook.source_type, (name for name, _ in headers.items()))
         secret = self.box.decrypt(webhook.secret_ciphertext) if webhook.secret_ciphertext else None
         now = self.clock.now()
         cairn = verify_signature(webhook.source_type, secret, lowered, body, now)

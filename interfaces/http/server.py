@@ -108,6 +108,14 @@ def check_secret_key(settings: Settings, container) -> None:
     container.webhooks.check_secrets_open(sealed)
 
 
+def uvicorn_config(app, settings: Settings, **options) -> uvicorn.Config:
+    """How `serve` runs uvicorn (tests start the same configuration in-process, per HTTP parser)."""
+    return uvicorn.Config(
+        app, host=settings.host, port=settings.port, log_level="warning", timeout_graceful_shutdown=3,
+        lifespan="on", h11_max_incomplete_event_size=H11_MAX_HEADER_BYTES, **options,
+    )
+
+
 def serve(settings: Settings) -> int:
     """Runs until interrupted; a bad setting, an unwritable path, a taken port or an unreachable
     store is one line and exit 1, before anything says "serving"."""
@@ -146,10 +154,7 @@ def serve(settings: Settings) -> int:
 
         app = create_app(container, on_startup=[announce])
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        config = uvicorn.Config(
-            app, host=settings.host, port=settings.port, log_level="warning", timeout_graceful_shutdown=3,
-            lifespan="on", h11_max_incomplete_event_size=H11_MAX_HEADER_BYTES,
-        )
+        config = uvicorn_config(app, settings)
         def stopping() -> None:  # end MCP sessions and board streams, so open connections close at once
             app.state.mcp.stopping()
             app.state.feed.close()
