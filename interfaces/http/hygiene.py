@@ -1,46 +1,27 @@
-"""Request hygiene (CONTRACT §12), one ASGI guard in front of every route, whatever HTTP parser
-uvicorn runs (h11 or httptools): it sees only the ASGI scope and messages.
+"""Request hygiene (CONTRACT §12): one ASGI guard in front of every route, whatever HTTP parser
+uvicorn runs (h11 or httptools), since it sees only the ASGI scope and messages.
 
 - a header block over 64 KiB → 431, before any body is read;
 - a body not fully received within the body timeout (SWITCHBOARD_BODY_TIMEOUT, 30 s) → 408, and
-  the route never runs, so nothing is stored;
-- JSON nested deeper than 128 levels on `/api/v1` or `/mcp` → 400 `invalid_argument` (msgspec
-  and the MCP SDK's parser would otherwise recurse until RecursionError, a 500).
+  the route never runs, so nothing is stored.
 
-The guard reads the body itself (up to the route's own size limit, which stays the route's to
-enforce), then hands the app the same messages. See docs/adr/0015-running-it-for-real.md.
+The guard reads the body itself (up to BUFFER_LIMIT; each route's own size limit stays the
+route's to enforce), then hands the app the same messages. JSON nesting is checked after
+authentication, by the API router and the MCP gateway (interfaces/json_depth.py).
+See docs/adr/0015-running-it-for-real.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
-from itertools import accumulate
 from typing import Any
 
 MAX_HEADER_BYTES = 64 * 1024
-MAX_JSON_DEPTH = 128
-JSON_PATHS = (b"/api/v1/", b"/mcp/")
 # What the guard buffers at most before it stops looking and lets the route refuse the rest
 # (ingest answers 413 past 5 MiB, MCP past 1 MiB, Litestar past its 10 MB default).
 BUFFER_LIMIT = 10 * 1024 * 1024
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
-_DELTA = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
-
-
-def json_too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
-    """True when the JSON text nests arrays/objects deeper than `limit` (strings do not count)."""
-    if body.count(b"[") + body.count(b"{") <= limit:
-        return False
-    if b'"' in body:
-        body = _STRING.sub(b"", body)
-    brackets = body.translate(None, _NOT_BRACKETS)
-    return max(accumulate(map(_DELTA.__getitem__, brackets)), default=0) > limit
-
 
 def header_bytes(scope: dict[str, Any]) -> int:
     """The size of the request's header block as sent: request line and `name: value\\r\\n` lines."""
@@ -76,16 +57,10 @@ class RequestGuard:
         if declared is not None and declared > BUFFER_LIMIT:
             return await self.app(scope, receive, send)  # the route refuses it by its size, unread
         try:
-            messages, complete = await asyncio.wait_for(_buffer(receive), self.body_timeout)
+            messages = await asyncio.wait_for(_buffer(receive), self.body_timeout)
         except asyncio.TimeoutError:
             return await _refuse(send, 408, "request_timeout",
                                  f"request body not received within {self.body_timeout:g} s")
-        path = scope.get("raw_path") or scope.get("path", "").encode()  # a mount rewrites `path`, not `raw_path`
-        if complete and path.startswith(JSON_PATHS):
-            body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
-            if json_too_deep(body):
-                return await _refuse(send, 400, "invalid_argument",
-                                     f"JSON body nested deeper than {MAX_JSON_DEPTH} levels")
 
         async def replay():
             return messages.pop(0) if messages else await receive()
@@ -93,19 +68,17 @@ class RequestGuard:
         await self.app(scope, replay, send)
 
 
-async def _buffer(receive) -> tuple[list[dict], bool]:
-    """The body's messages up to BUFFER_LIMIT bytes; True when that is the whole body."""
+async def _buffer(receive) -> list[dict]:
+    """The body's messages, whole or up to BUFFER_LIMIT bytes."""
     messages, size = [], 0
     while True:
         message = await receive()
         messages.append(message)
         if message["type"] != "http.request":
-            return messages, False  # the client left: the app sees the disconnect
+            return messages  # the client left: the app sees the disconnect
         size += len(message.get("body", b""))
-        if not message.get("more_body", False):
-            return messages, True
-        if size > BUFFER_LIMIT:
-            return messages, False
+        if not message.get("more_body", False) or size > BUFFER_LIMIT:
+            return messages
 
 
 def _content_length(scope) -> int | None:

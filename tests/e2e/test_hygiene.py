@@ -71,6 +71,10 @@ def check_json_depth(t: Target) -> None:
                                "accept": "application/json, text/event-stream"})
     assert mcp.status_code == 400, mcp.text
     assert mcp.json()["code"] == "invalid_argument"
+    # checked after authentication: a stranger's deep body is a 401 like any other of theirs
+    deep = b"[" * 1000 + b"]" * 1000
+    assert t.http.post(push, content=deep, headers={"content-type": "application/json"}).status_code == 401
+    assert t.http.post(f"{t.base}/mcp/{t.endpoint['slug']}", content=deep).status_code == 401
 
 
 def check_slow_body(t: Target) -> None:

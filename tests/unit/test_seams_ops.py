@@ -15,7 +15,8 @@ from domain.installation import BaseUrlRecorded, Installation
 from domain.operator import Operator, OperatorPasswordReset
 from domain.webhook import Webhook, WebhookSecretResealed
 from interfaces.crypto import AesGcmSecretBox, DeferredSecretBox
-from interfaces.http.hygiene import MAX_HEADER_BYTES, header_bytes, json_too_deep
+from interfaces.http.hygiene import MAX_HEADER_BYTES, header_bytes
+from interfaces.json_depth import json_too_deep
 from interfaces.settings import Settings
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
