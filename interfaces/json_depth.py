@@ -17,7 +17,7 @@ _SHRINK_PASSES = 8
 
 def json_too_deep(body: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
     """True when the JSON text nests arrays/objects deeper than `limit` (brackets inside strings
-    do not count). Linear, and mostly C: ~10 ms per MiB of brackets (docs/adr/0015)."""
+    do not count). Linear and mostly C, about what parsing the body costs (docs/adr/0015)."""
     if body.count(b"[") + body.count(b"{") <= limit:
         return False
     if b'"' in body:  # drop escaped backslashes, then escaped quotes; every other quote delimits a string
