@@ -97,7 +97,7 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def check_secret_key(settings: Settings, container) -> None:
+def check_key_opens_secrets(settings: Settings, container) -> None:
     """The key opens every signing secret sealed in the store (never generating one that cannot)."""
     sealed = container.webhooks.sealed_webhooks()
     key_file = Path(settings.data_dir) / "secret-key"
@@ -133,7 +133,8 @@ def serve(settings: Settings) -> int:
     background = None
     try:
         try:
-            check_secret_key(settings, container)
+            check_key_opens_secrets(settings, container)
+            settings.resolved_secret_key()  # a malformed key file: one line now, not at the first session
             container.app.record_base_url(settings.base_url, caller=SERVE)
             password = container.app.ensure_admin()
         except (ConfigurationError, StoreUnavailable) as error:

@@ -66,6 +66,12 @@ def test_a_malformed_secret_key_stops_serve(tmp_path, key):
     assert not (tmp_path / "var" / "admin-password").exists()
 
 
+def test_a_malformed_key_file_stops_serve(tmp_path):
+    (tmp_path / "var").mkdir()
+    (tmp_path / "var" / "secret-key").write_text("not a key\n")
+    one_line(run_serve(tmp_path / "var", timeout=10), "secret-key must be 64 hex characters")
+
+
 @pytest.mark.postgres
 def test_serve_on_postgresql_needs_an_explicit_key(pg_url, tmp_path):
     one_line(run_serve(tmp_path / "var", timeout=10, SWITCHBOARD_DATABASE_URL=pg_url, SWITCHBOARD_SECRET_KEY=""),
