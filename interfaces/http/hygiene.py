@@ -23,9 +23,11 @@ MAX_HEADER_BYTES = 64 * 1024
 BUFFER_LIMIT = 10 * 1024 * 1024
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
+
 def header_bytes(scope: dict[str, Any]) -> int:
     """The size of the request's header block as sent: request line and `name: value\\r\\n` lines."""
-    line = len(scope.get("method", "")) + len(scope.get("raw_path") or b"") + len(scope.get("query_string", b"")) + 12
+    line = (len(scope.get("method", "")) + len(scope.get("raw_path") or b"") + len(scope.get("query_string", b""))
+            + len(" ? HTTP/1.1\r\n"))
     return line + sum(len(name) + len(value) + 4 for name, value in scope.get("headers", ()))
 
 
