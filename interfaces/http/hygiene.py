@@ -5,8 +5,8 @@ uvicorn runs (h11 or httptools), since it sees only the ASGI scope and messages.
 - a body not fully received within the body timeout (SWITCHBOARD_BODY_TIMEOUT, 30 s) → 408, and
   the route never runs, so nothing is stored.
 
-The guard reads the body itself (up to BUFFER_LIMIT; each route's own size limit stays the
-route's to enforce), then hands the app the same messages. JSON nesting is checked after
+The guard reads the body itself (at most what the route accepts; the route's own size check
+stays the route's), then hands the app the same messages. JSON nesting is checked after
 authentication, by the API router and the MCP gateway (interfaces/json_depth.py).
 See docs/adr/0015-running-it-for-real.md.
 """
@@ -17,10 +17,15 @@ import asyncio
 import json
 from typing import Any
 
+from interfaces.http.ingest import MAX_BODY as INGEST_MAX_BODY
+from interfaces.mcp.gateway import MAX_BODY as MCP_MAX_BODY
+
 MAX_HEADER_BYTES = 64 * 1024
-# What the guard buffers at most before it stops looking and lets the route refuse the rest
-# (ingest answers 413 past 5 MiB, MCP past 1 MiB, Litestar past its 10 MB default).
-BUFFER_LIMIT = 10 * 1024 * 1024
+# The guard buffers no more than the route accepts: past that it hands over what it has and the
+# route refuses the rest by its own size check (413), as early as it would without the guard —
+# a declared length over the limit is never waited for.
+BUFFER_LIMIT = 10 * 1024 * 1024  # Litestar's default request_max_body_size
+ROUTE_LIMITS = ((b"/webhooks/w/", INGEST_MAX_BODY), (b"/mcp/", MCP_MAX_BODY))
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
@@ -55,11 +60,12 @@ class RequestGuard:
                                  f"request header block over {MAX_HEADER_BYTES // 1024} KiB")
         if scope["method"] not in BODY_METHODS:
             return await self.app(scope, receive, send)
+        limit = _limit(scope)
         declared = _content_length(scope)
-        if declared is not None and declared > BUFFER_LIMIT:
+        if declared is not None and declared > limit:
             return await self.app(scope, receive, send)  # the route refuses it by its size, unread
         try:
-            messages = await asyncio.wait_for(_buffer(receive), self.body_timeout)
+            messages = await asyncio.wait_for(_buffer(receive, limit), self.body_timeout)
         except asyncio.TimeoutError:
             return await _refuse(send, 408, "request_timeout",
                                  f"request body not received within {self.body_timeout:g} s")
@@ -70,8 +76,13 @@ class RequestGuard:
         await self.app(scope, replay, send)
 
 
-async def _buffer(receive) -> list[dict]:
-    """The body's messages, whole or up to BUFFER_LIMIT bytes."""
+def _limit(scope) -> int:
+    path = scope.get("raw_path") or scope.get("path", "").encode()
+    return next((limit for prefix, limit in ROUTE_LIMITS if path.startswith(prefix)), BUFFER_LIMIT)
+
+
+async def _buffer(receive, limit: int) -> list[dict]:
+    """The body's messages, whole or until they pass `limit` bytes."""
     messages, size = [], 0
     while True:
         message = await receive()
@@ -79,7 +90,7 @@ async def _buffer(receive) -> list[dict]:
         if message["type"] != "http.request":
             return messages  # the client left: the app sees the disconnect
         size += len(message.get("body", b""))
-        if not message.get("more_body", False) or size > BUFFER_LIMIT:
+        if not message.get("more_body", False) or size > limit:
             return messages
 
 
