@@ -29,6 +29,7 @@ class Settings:
     metrics_token: str | None = None
     base_url_explicit: bool = False  # set by SWITCHBOARD_BASE_URL or --base-url, not derived
     body_timeout: float = DEFAULT_BODY_TIMEOUT_SECONDS
+    pg_pool_size: int = 10
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -39,6 +40,7 @@ class Settings:
             rate = float(get("SWITCHBOARD_INGEST_RATE", "50"))
             burst = int(get("SWITCHBOARD_INGEST_BURST", "100"))
             body_timeout = float(get("SWITCHBOARD_BODY_TIMEOUT", str(DEFAULT_BODY_TIMEOUT_SECONDS)))
+            pg_pool_size = int(get("SWITCHBOARD_PG_POOL_SIZE") or "10")
         except ValueError as error:
             raise ConfigurationError(f"bad numeric setting: {error}") from None
         data_dir = get("SWITCHBOARD_DATA_DIR", "./var")
@@ -54,6 +56,7 @@ class Settings:
             metrics_token=get("SWITCHBOARD_METRICS_TOKEN") or None,
             base_url_explicit=bool(get("SWITCHBOARD_BASE_URL")),
             body_timeout=body_timeout,
+            pg_pool_size=pg_pool_size,
         )
 
     def listen_url(self) -> str:
@@ -80,6 +83,8 @@ class Settings:
             check_secret_key(self.secret_key, "SWITCHBOARD_SECRET_KEY")
         elif on_postgres(self.database_url):
             raise ConfigurationError(NO_KEY_ON_POSTGRES)
+        if not 1 <= self.pg_pool_size <= 1000:
+            raise ConfigurationError(f"SWITCHBOARD_PG_POOL_SIZE must be within 1..1000, not {self.pg_pool_size}")
 
     def resolved_secret_key(self) -> str:
         """The explicit key, else `<data dir>/secret-key`, generated there (0600) on first use.
