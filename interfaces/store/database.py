@@ -83,7 +83,8 @@ class DatabaseUrl:
         )
 
     def conninfo(self, *, application_name: str = "switchboard") -> str:
-        """libpq's shortest connect timeout (2 s): a request never waits for it (see `Connections`)."""
+        """libpq's shortest connect timeout (2 s); the request pool never waits that long for a
+        connect (see `Connections`), the writer may."""
         return psycopg.conninfo.make_conninfo(
             host=self.host, port=self.port, user=self.user, password=self.password or None,
             dbname=self.dbname, connect_timeout=2, application_name=application_name,

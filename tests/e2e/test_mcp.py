@@ -270,10 +270,13 @@ def test_round_trip_from_a_signed_delivery_to_a_completed_todo(stack):
             rows = await call(client, "list_todos", state="done")
             assert [r["id"] for r in rows["todos"]] == [todo["id"]]
             assert "payload" not in rows["todos"][0]
+            assert "next_cursor" not in rows  # every row is on this page
             events = await call(client, "list_webhook_events", webhook_id=hook["webhook_id"])
             assert [e["id"] for e in events["events"]] == [accepted["event_id"]]
+            assert events["events"][0]["delivery_id"] == headers["x-github-delivery"]  # GitHub's own id
             event = await call(client, "get_webhook_event", id=accepted["event_id"])
             assert event["headers"]["x-hub-signature-256"] == "«redacted»"
+            assert event["delivery_id"] == headers["x-github-delivery"]
 
     anyio.run(scenario)
 
@@ -456,6 +459,14 @@ def test_webhook_verbs(stack):
             assert dry["decision"]["drop"] is True
             text = await refused(client, "test_webhook_rules", webhook_id=wid)
             assert text == "invalid_argument: give exactly one of payload or event_id"
+            # $params that is not a JSON object, or over 16 KiB, is invalid_params (as on the CLI and API)
+            for params in ("nope", [1, 2], 3, {"blob": "x" * (16 * 1024)}):
+                text = await refused(client, "set_webhook_rules", webhook_id=wid, rules=[], params=params)
+                assert text.startswith("invalid_params: params "), (params, text)
+                text = await refused(client, "test_webhook_rules", webhook_id=wid, payload={}, rules=[],
+                                     params=params)
+                assert text.startswith("invalid_params: params "), (params, text)
+            assert (await call(client, "list_webhook_rules", webhook_id=wid)) == saved
             text = await refused(client, "set_webhook_rules", webhook_id=wid,
                                  rules=[{"expr": "$ENV", "action": {"queue": "work"}}])
             assert text.startswith("forbidden_function: "), text
