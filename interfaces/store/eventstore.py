@@ -266,6 +266,7 @@ class SqlEventStore:
                 self.datastore.db = self.db
                 self.recorder = PostgresEventRecorder(self.datastore, url=url)
                 self.recorder.on_unsure = self._store_down
+                self.recorder.connections = self.db.connection
             if self.url.dialect == "postgres":
                 with self.db.transaction() as tx:
                     tx.execute("SELECT pg_advisory_xact_lock(715517)")
