@@ -119,12 +119,16 @@ def _count(answers: list[Answer], kind: str) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("scenarios", nargs="*", choices=[[], *scenarios.SCENARIOS], default=[])
+    parser.add_argument("scenarios", nargs="*", metavar="SCENARIO",
+                        help=f"any of {', '.join(scenarios.SCENARIOS)} (default: all)")
     parser.add_argument("--pre", type=float, default=5.0)
     parser.add_argument("--post", type=float, default=8.0)
     parser.add_argument("--ingest-threads", type=int, default=3)
     parser.add_argument("--agents", type=int, default=2)
     args = parser.parse_args()
+    unknown = [name for name in args.scenarios if name not in scenarios.SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario {unknown[0]!r}: choose from {', '.join(scenarios.SCENARIOS)}")
     logging.getLogger("mcp").setLevel(logging.CRITICAL)  # the client's own log of a stream cut by a fault
     reason = unavailable_reason()
     if reason:
