@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import time
-
 import threading
+import time
 
 import application.feed
 from application.feed import TransitionFeed
