@@ -181,10 +181,7 @@ class Switchboard:
         """Creates an operator; returns the generated password when none was given."""
         check_operator_name(name)
         generated = password is None
-        password = password if password is not None else secrets.token_urlsafe(18)
-        if len(password) < 8:
-            raise InvalidArgument("password must be at least 8 characters")
-        password_hash = self.hasher.hash(password)
+        password, password_hash = self._new_password(password)
 
         def handler(uow: UnitOfWork) -> None:
             if uow.get(Operator, operator_uuid(name)) is not None:
@@ -193,6 +190,13 @@ class Switchboard:
 
         self.store.run(handler)
         return {"name": name, "password": password if generated else None}
+
+    def _new_password(self, password: str | None) -> tuple[str, str]:
+        """The given password (at least 8 characters) or a generated one, with its hash."""
+        password = password if password is not None else secrets.token_urlsafe(18)
+        if len(password) < 8:
+            raise InvalidArgument("password must be at least 8 characters")
+        return password, self.hasher.hash(password)
 
     def ensure_admin(self) -> str | None:
         """On an empty store, creates operator `admin`; returns its password, else None."""
@@ -207,10 +211,7 @@ class Switchboard:
         """Sets a new password (an event); returns the generated one when none was given."""
         check_operator_name(name)
         generated = password is None
-        password = password if password is not None else secrets.token_urlsafe(18)
-        if len(password) < 8:
-            raise InvalidArgument("password must be at least 8 characters")
-        password_hash = self.hasher.hash(password)
+        password, password_hash = self._new_password(password)
 
         def handler(uow: UnitOfWork) -> None:
             operator = uow.get(Operator, operator_uuid(name))
