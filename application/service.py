@@ -86,6 +86,9 @@ class Views(Protocol):
 
     def queue_counts(self, endpoint_ids: Sequence[str] | None = None) -> list[dict[str, Any]]: ...
 
+    def fault_traces(self, todo_ids: Sequence[str], endpoint_ids: Sequence[str] | None,
+                     ) -> dict[str, dict[str, Any]]: ...
+
     def list_endpoints(self, *, owner: str | None) -> list[dict[str, Any]]: ...
 
     def endpoint_ids_of(self, owner: str) -> list[str]: ...
@@ -659,6 +662,14 @@ class Switchboard:
             endpoint_ids = None if caller.superuser else self.views.endpoint_ids_of(caller.name)
         self.views.catch_up()
         return self.views.queue_counts(endpoint_ids)
+
+    def fault_traces(self, todo_ids: Sequence[str], *, caller: Caller) -> dict[str, dict[str, Any]]:
+        """Why each of these quarantined todos was held (its fault trace), for an operator's own todos."""
+        if caller.kind != "operator":
+            raise Forbidden("fault traces are for operators")
+        self.views.catch_up()
+        endpoint_ids = None if caller.superuser else self.views.endpoint_ids_of(caller.name)
+        return self.views.fault_traces(list(todo_ids), endpoint_ids)
 
     def audit(self, *, after: int = 0, page: int = 1000):
         """The whole event log from a position, as JSON-ready records."""

@@ -5,6 +5,7 @@ from projections.counters import Counters
 from projections.deliveries import Deliveries
 from projections.directory import Directory
 from projections.doorbell import Doorbells
+from projections.fault_traces import FaultTraces
 from projections.idempotency_keys import IdempotencyKeys
 from projections.timers import DueTimers
 from projections.todo_rows import TodoRows
@@ -13,4 +14,4 @@ from projections.todo_rows import TodoRows
 def all_projections():
     """Every projection, inline ones first."""
     return (ClaimableQueue(), DueTimers(), Doorbells(), TodoRows(), IdempotencyKeys(), Directory(), Deliveries(),
-            Counters())
+            Counters(), FaultTraces())
