@@ -183,3 +183,23 @@ def test_a_fault_says_why_on_the_todo_the_delivery_and_the_quarantine_view(api, 
     expect(fault.locator("[data-fault-reason]")).to_have_text("error")
     expect(fault).to_contain_text("boom at the second rule")
     expect(fault).to_contain_text("rule #2")
+
+
+def test_the_replay_names_each_changed_delivery_and_defaults_to_the_clis_n(api, endpoint, open_page):
+    from application.webhooks import DEFAULT_REPLAY_LAST  # the one default of the board and the CLI
+
+    hook = webhook(api, endpoint)
+    changed = deliver_generic(hook, {"kind": "push", "title": "a push"})["event_id"]
+    deliver_generic(hook, {"kind": "ping"})
+    candidate = {"rules": [{"id": "pushes", "expr": '.payload.kind == "push"', "action": {"drop": True}}]}
+    page = open_page()
+    page.goto(f"/webhooks/{hook['webhook_id']}")
+    expect(page.get_by_label("Last N deliveries to replay over")).to_have_value(str(DEFAULT_REPLAY_LAST))
+    page.get_by_label("Rules JSON").fill(json.dumps(candidate))
+    page.get_by_role("button", name="Replay").click()
+    rows = page.locator("section.result table.cards tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows.locator('td[data-label="Delivery"]')).to_have_text(changed)
+    title = rows.locator('td[data-label="Title"]')
+    expect(title).not_to_have_text("—")
+    expect(title).not_to_be_empty()
