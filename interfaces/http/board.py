@@ -405,7 +405,7 @@ def board_routes(container: Container, board: Board | None = None) -> list:
         context = board.todo_context(caller_of(request), todo_id)
         if partial or request.headers.get(PARTIAL_HEADER):
             return board.render(request, "_todo_live.html", **context)
-        return board.render(request, "todo.html", section="todos", **context)
+        return board.render(request, "todo.html", section="quarantine" if context["quarantined"] else "todos", **context)
 
     @get("/todos/{todo_id:str}/payload", sync_to_thread=True)
     def todo_payload(request: Request, todo_id: FromPath[str]) -> Response:
