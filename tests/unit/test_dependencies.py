@@ -17,9 +17,12 @@ import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
+import pytest
+
 
 ROOT = Path(__file__).resolve().parents[2]
 OURS = ("domain", "application", "projections", "interfaces")
+DEV = ("tests", "bench")  # their imports may also come from the dev extra
 TEST_TOOLS = ("pytest", "hypothesis", "playwright", "schemathesis", "py-spy", "httpx")
 
 
@@ -35,10 +38,10 @@ def _declared(requirements: list[str]) -> set[str]:
     return {_normal(re.match(r"[A-Za-z0-9._-]+", r).group(0)) for r in requirements}
 
 
-def imported_top_levels() -> dict[str, set[str]]:
+def imported_top_levels(packages: tuple[str, ...] = OURS) -> dict[str, set[str]]:
     """Top-level module name -> the files importing it (absolute imports only)."""
     found: dict[str, set[str]] = {}
-    for package in OURS:
+    for package in packages:
         for path in sorted((ROOT / package).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
                 names: list[str] = []
@@ -51,18 +54,20 @@ def imported_top_levels() -> dict[str, set[str]]:
     return found
 
 
-def test_every_imported_package_is_declared_in_pyproject():
-    declared = _declared(_project()["dependencies"])
+@pytest.mark.parametrize("packages", [OURS, DEV], ids=["runtime", "tests-and-bench"])
+def test_every_imported_package_is_declared_in_pyproject(packages):
+    project = _project()
+    declared = _declared(project["dependencies"] + (project["optional-dependencies"]["dev"] if packages == DEV else []))
     distributions = packages_distributions()
     undeclared = []
-    for name, files in sorted(imported_top_levels().items()):
-        if name in sys.stdlib_module_names or name in OURS or name == "__future__":
+    for name, files in sorted(imported_top_levels(packages).items()):
+        if name in sys.stdlib_module_names or name in OURS + DEV or name == "__future__":
             continue
         owners = {_normal(d) for d in distributions.get(name, [])}
         assert owners, f"{name} (imported by {sorted(files)[0]}) is not installed at all"
         if not owners & declared:
             undeclared.append(f"{name} (distribution {', '.join(sorted(owners))}; imported by {', '.join(sorted(files))})")
-    assert not undeclared, "imported but not declared in [project].dependencies:\n" + "\n".join(undeclared)
+    assert not undeclared, "imported but not declared in pyproject.toml:\n" + "\n".join(undeclared)
 
 
 def test_the_runtime_dependencies_carry_no_test_tool():
