@@ -10,7 +10,7 @@ import base64
 import json
 import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 from uuid import UUID
@@ -608,17 +608,25 @@ class Switchboard:
             raise NotFound(f"todo {todo_id} not found")
         return todo
 
-    def history(self, todo_id: str, *, caller: Caller) -> dict[str, Any]:
-        """Every event of a todo in order, with position, version, time, type, actor, cause and data."""
+    def history(self, todo_id: str, *, caller: Caller, payloads: bool = True) -> dict[str, Any]:
+        """Every event of a todo in order, with position, version, time, type, actor, cause and data.
+
+        With `payloads=False` an event's `payload` is left out of its data (named in `omitted`), and
+        never converted: a reader that shows the payload elsewhere does not pay for it twice."""
         todo = self._visible_todo(todo_id, caller)
         events = []
         for recorded in self.store.stream(todo.id):
-            data = self.store.event_data(recorded.event)
+            event, omitted = recorded.event, []
+            if not payloads and getattr(event, "payload", None) is not None:
+                event, omitted = replace(event, payload=None), ["payload"]
+            data = self.store.event_data(event)
             time, actor, cause = data.pop("timestamp"), data.pop("actor"), data.pop("cause")
+            for name in omitted:
+                data.pop(name, None)
             events.append({
                 "position": recorded.position, "version": recorded.event.originator_version,
                 "time": time, "type": type(recorded.event).__name__, "actor": actor, "cause": cause,
-                "data": _shown(data),
+                "data": _shown(data), **({"omitted": omitted} if omitted else {}),
             })
         return {"todo_id": todo.todo_id, "events": events}
 

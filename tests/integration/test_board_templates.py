@@ -70,3 +70,13 @@ def test_an_excerpt_stops_at_the_limit_on_a_character_boundary():
     assert len(cut.encode()) <= 101 and cut.startswith('{\n  "text": "üü')
     assert excerpt("ab" * 10, 5) == "ababa"
     assert excerpt({"a": 1}) == '{\n  "a": 1\n}'
+
+
+def test_every_template_is_compiled_off_the_request_path_at_start(board):
+    import time
+
+    names = board.env.list_templates(extensions=["html"])
+    deadline = time.monotonic() + 10
+    while len(board.env.cache) < len(names) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(board.env.cache) >= len(names) > 10
