@@ -412,7 +412,8 @@ def board_routes(container: Container, board: Board | None = None) -> list:
         context = board.todo_context(caller_of(request), todo_id)
         if partial or request.headers.get(PARTIAL_HEADER):
             return board.render(request, "_todo_live.html", **context)
-        return board.render(request, "todo.html", section="quarantine" if context["quarantined"] else "todos", **context)
+        section = "quarantine" if context["quarantined"] else "todos"
+        return board.render(request, "todo.html", section=section, **context)
 
     @get("/todos/{todo_id:str}/payload", sync_to_thread=True)
     def todo_payload(request: Request, todo_id: FromPath[str]) -> Response:
@@ -644,8 +645,9 @@ def board_routes(container: Container, board: Board | None = None) -> list:
         path="/", guards=[board_guard], include_in_schema=False,
         exception_handlers={DomainError: refused, HTTPException: http_refused},
         route_handlers=[
-            index, logout, todos, todo_page, todo_payload, todo_action, endpoints, vend, revoke, webhooks_list, webhook_create,
-            webhook_page, webhook_rotate, webhook_delete, rules_test, rules_replay, rules_save, events, event_page, event_body,
+            index, logout, todos, todo_page, todo_payload, todo_action, endpoints, vend, revoke, webhooks_list,
+            webhook_create, webhook_page, webhook_rotate, webhook_delete, rules_test, rules_replay, rules_save, events,
+            event_page, event_body,
         ],
     )
     # in a router: an app-level GET and POST on one path would wrap the sync GET twice (Litestar 2.25)
