@@ -96,8 +96,9 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
     board = Board(container)
 
     def http_error(request: Request, error: HTTPException) -> Response:
-        """No route: an HTML page on the board's paths, the JSON error body everywhere else."""
-        if error.status_code == 404 and not request.url.path.startswith(NOT_BOARD):
+        """No route: a browser's GET of a board path gets an HTML page; anything else the JSON error body."""
+        if (error.status_code == 404 and request.method in ("GET", "HEAD")
+                and not request.url.path.startswith(NOT_BOARD)):
             return board.not_found(request)
         return http_error_handler(request, error)
 

@@ -353,6 +353,8 @@ def test_an_unknown_page_is_html_and_an_unknown_machine_path_stays_json(request,
         answer = browser.get(path)
         assert answer.headers["content-type"].startswith("application/json"), (path, answer.text[:200])
         assert answer.json()["code"] in ("not_found", "unauthorized"), path
+    posted = browser.http.post("/webhooks/nope/deeper/still", content=b"{}")  # not a browser's navigation
+    assert posted.status_code == 404 and posted.json() == {"error": "Not Found", "code": "not_found"}
 
 
 def test_a_payload_downloads_whole_from_its_todo_and_delivery(server, admin, anonymous, endpoint):
