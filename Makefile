@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 RUN_STAMP := $(VENV)/.installed-run
 
-.PHONY: run test bench clean
+.PHONY: run test test-quick bench bench-faults clean
 
 # make run needs the runtime dependencies only (no test tools); make test adds the dev extras.
 $(RUN_STAMP): pyproject.toml
@@ -28,9 +28,17 @@ run: $(RUN_STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
+## make test-quick: the suite without the fault suite and the browser tests (a developer's loop)
+test-quick: $(STAMP)
+	$(PY) -m pytest -m "not fault and not browser"
+
 ## make bench: benchmarks with ratios against baselines measured in the same run
 bench: $(STAMP)
 	$(PY) bench/claim_complete.py
+
+## make bench-faults: throughput and answer times around each fault of the fault suite
+bench-faults: $(STAMP)
+	$(PY) bench/faults.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .hypothesis

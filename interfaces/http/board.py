@@ -29,6 +29,7 @@ from litestar.params import FromPath, FromQuery, QueryParameter, URLEncodedBody
 from litestar.response import Redirect
 
 from application.service import Caller
+from application.webhooks import DEFAULT_REPLAY_LAST  # the replay's default N, the CLI's too
 from domain.endpoint import ALL_VERBS, DEFAULT_WEBHOOK_MAX, SOURCE_TYPES, parse_lifetime
 from domain.errors import DomainError, InvalidArgument, NotFound
 from domain.names import QUARANTINE
@@ -45,8 +46,6 @@ TEMPLATES = Path(__file__).parent / "templates"
 PARTIAL_HEADER = "x-board-partial"
 TODOS_SHOWN = 200
 EVENTS_SHOWN = 50
-# the replay's default N, the CLI's too (application.webhooks.DEFAULT_REPLAY_LAST once details-cli lands)
-REPLAY_DEFAULT_LAST = 100
 PAYLOAD_SHOWN_BYTES = 256 * 1024  # a payload over this is shown cut, with a link to download it whole
 # paths that are not the board's: an unknown one there stays a JSON 404 (`errors.http_error_handler`)
 NOT_BOARD = ("/api/", "/mcp", "/webhooks/w/", "/metrics", "/healthz", "/schema", "/static/")
@@ -331,7 +330,7 @@ class Board:
             "deliveries": self.webhooks.list_events(caller=caller, webhook_id=webhook["webhook_id"],
                                                     limit=EVENTS_SHOWN)["events"],
             "rules_text": rules_text if rules_text is not None else json.dumps(document, indent=2, ensure_ascii=False),
-            "saved_rules": len(rules["rules"]), "last": REPLAY_DEFAULT_LAST, "event_id": None,
+            "saved_rules": len(rules["rules"]), "last": DEFAULT_REPLAY_LAST, "event_id": None,
             "test": None, "replay": None, "section": "webhooks",
         }
 
@@ -568,7 +567,7 @@ def board_routes(container: Container, board: Board | None = None) -> list:
         context["event_id"] = _text(data, "event_id") or None
         try:
             last = _int(data, "last", "last N")
-            context["last"] = last if last is not None else REPLAY_DEFAULT_LAST
+            context["last"] = last if last is not None else DEFAULT_REPLAY_LAST
             try:
                 candidate = json.loads(text)
             except ValueError as error:
