@@ -23,7 +23,7 @@ from domain.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from domain.idempotency import KEY_MAX_BYTES, IdempotencyKey, key_uuid
 from domain.delivery import DELIVERY_PREFIX
 from domain.names import (
-    ENDPOINT_PREFIX, OPERATOR_PREFIX, QUARANTINE, TODO_PREFIX, check_queue_name, parse_id, slugify,
+    ENDPOINT_PREFIX, OPERATOR_PREFIX, QUARANTINE, REDACTED, TODO_PREFIX, check_queue_name, parse_id, slugify,
 )
 from domain.operator import Operator, check_operator_name, operator_uuid
 from domain.todo import STATES, Todo, effective_lease
@@ -33,7 +33,6 @@ CLAIM_CANDIDATES = 8
 MAX_TTL_SECONDS = 100 * 365 * 86400  # an endpoint lifetime beyond a century is `never`
 # Event fields never shown by history or audit export (they stay in the log).
 REDACTED_FIELDS = ("password_hash",)
-REDACTED = "«redacted»"
 
 
 # The public name of each aggregate type, by the module its events live in, and its id prefix:

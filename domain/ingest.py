@@ -17,16 +17,15 @@ from datetime import datetime, timedelta
 from urllib.parse import parse_qs
 
 from domain.errors import DomainError
+from domain.names import REDACTED, SOURCE_TYPES  # noqa: F401 - part of the ingest vocabulary
 from domain.todo import one_line_title
 
 SIGNED_SOURCES = ("github", "gitea", "cairn")
-SOURCE_TYPES = ("github", "gitea", "cairn", "generic")
 CAIRN_WINDOW = timedelta(seconds=300)
 SIGNING_SECRET_PREFIX = "whsec_"
 SIGNING_SECRET_BYTES = 32
 DELIVERY_ID_MAX_BYTES = 256
 SIGNATURE_REFUSED = "signature verification failed"
-REDACTED = "«redacted»"
 REDACTED_HEADERS = frozenset({
     "x-hub-signature", "x-hub-signature-256", "x-gitea-signature", "x-gogs-signature",
     "x-cairn-signature", "authorization", "cookie", "set-cookie", "proxy-authorization",

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 
-from application.ports import Clock, ManualClock
+from application.ports import Clock
+from tests.doubles import ManualClock
 from interfaces.bootstrap import Container, build
 from interfaces.settings import Settings
 

@@ -17,7 +17,7 @@ from litestar.response import Redirect
 from litestar.static_files import create_static_files_router
 
 from domain.endpoint import EndpointRevoked
-from domain.todo import LeaseExpired, TodoMoved, TodoOpened, TodoReleased, TodoRequeued
+from domain.todo import BECOMES_CLAIMABLE
 from interfaces.bootstrap import Container
 from application.feed import TransitionFeed
 from interfaces.http.api import api_router
@@ -32,8 +32,6 @@ from interfaces.mcp.doorbell import Doorbell
 from interfaces.store.rings import SqlRings
 from interfaces.version import VERSION
 
-# Events after which a todo may be pending: only they wake the doorbell's scan.
-MAKES_PENDING = (TodoOpened, TodoReleased, LeaseExpired, TodoRequeued, TodoMoved)
 HERE = Path(__file__).parent
 
 
@@ -88,7 +86,7 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
 
     def on_commit(recorded) -> None:
         feed.wake()  # the board's live view: read the log now, not at the next poll
-        if any(isinstance(r.event, MAKES_PENDING) for r in recorded):
+        if any(isinstance(r.event, BECOMES_CLAIMABLE) for r in recorded):
             doorbell.wake()  # a local todo became claimable: scan at once, not at the next poll
         if any(isinstance(r.event, EndpointRevoked) for r in recorded):
             mcp.revocation_seen()  # end that endpoint's sessions and streams at once

@@ -34,7 +34,8 @@ from litestar.types import Scope as LitestarScope
 from litestar.types import Send as LitestarSend
 from starlette.types import Message, Receive, Scope, Send
 
-from application.errors import StoreUnavailable, first_line
+from application.background import OutageLog
+from application.errors import StoreUnavailable
 from domain.errors import DomainError
 from interfaces.mcp.doorbell import Doorbell
 from interfaces.mcp.server import PRINCIPAL, Principal, build_server
@@ -146,7 +147,8 @@ class McpGateway:
             max_request_body_size=MAX_BODY,
         )
         self.revocation_sweep = revocation_sweep
-        self._sweep_failing = self._sweep_failed = False
+        self._sweep_failed = False
+        self._sweep_outage = OutageLog(log, "revocation sweep", f"sweeping again every {revocation_sweep:.0f} s")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: anyio.Event | None = None
         self._revoked: asyncio.Event | None = None
@@ -205,9 +207,8 @@ class McpGateway:
                 for session in self.registry.of_endpoint(endpoint_id):
                     log.info("ending MCP session %s of revoked endpoint %s", session.session_id[:8], slug)
                     await self.manager.end(session.session_id)
-            if self._sweep_failing and not self._sweep_failed:
-                log.warning("revocation sweep: store is back")
-                self._sweep_failing = False
+            if not self._sweep_failed:
+                self._sweep_outage.succeeded()
 
     async def _still_active(self, slug: str) -> bool:
         try:
@@ -215,10 +216,8 @@ class McpGateway:
         except DomainError:
             return False
         except StoreUnavailable as error:  # an outage is not a revocation: one line, look again next sweep
-            if not self._sweep_failing:
-                log.warning("revocation sweep: store unavailable (%s); sweeping again every %.0f s",
-                            first_line(error), self.revocation_sweep)
-            self._sweep_failing = self._sweep_failed = True
+            self._sweep_outage.failed(error)
+            self._sweep_failed = True
         except Exception:  # any other failure is not a revocation either: look again on the next sweep
             log.warning("revocation sweep could not load endpoint %s", slug, exc_info=True)
         return True
