@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from domain.events import DomainEvent
 from domain.names import QUARANTINE, TODO_PREFIX, format_id
-from domain.todo import TodoOpened
+from domain.todo import TODO_EVENTS, TodoOpened
 from projections.base import Op, as_json
 
 
@@ -17,6 +17,7 @@ class FaultTraces:
     inline = False
     tables = ("sb_fault_traces",)
     ddl = ("CREATE TABLE IF NOT EXISTS sb_fault_traces (todo_id TEXT PRIMARY KEY, routing TEXT NOT NULL)",)
+    ignores = tuple(e for e in TODO_EVENTS if e is not TodoOpened)  # the reason a todo was held never changes
 
     def ops(self, event: DomainEvent, position: int | None) -> list[Op]:
         match event:
