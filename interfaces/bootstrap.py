@@ -19,7 +19,7 @@ from application.ports import Clock, SystemClock
 from domain.todo import MOVES_TIMER
 from application.service import Switchboard
 from application.webhooks import Webhooks
-from interfaces.crypto import AesGcmSecretBox
+from interfaces.crypto import DeferredSecretBox
 from interfaces.rules import JqRuleEngine
 from interfaces.security import Argon2Hasher
 from interfaces.settings import Settings
@@ -59,7 +59,7 @@ def build(settings: Settings, *, clock: Clock | None = None) -> Container:
     views = SqlViews(store.db, projector)
     app = Switchboard(store, views, clock, Argon2Hasher(), settings.base_url)
     engine = JqRuleEngine()  # worker processes start on first use
-    webhooks = Webhooks(app, engine, AesGcmSecretBox(settings.resolved_secret_key()))
+    webhooks = Webhooks(app, engine, DeferredSecretBox(settings.resolved_secret_key))
     return Container(settings, clock, store, projector, views, app, engine, webhooks)
 
 

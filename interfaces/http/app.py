@@ -24,6 +24,7 @@ from interfaces.http.api import api_router
 from interfaces.http.auth import BoardRedirect, SessionCodec, add_security_headers
 from interfaces.http.board import NOT_BOARD, Board, board_routes
 from interfaces.http.errors import EXCEPTION_HANDLERS, http_error_handler
+from interfaces.http.hygiene import request_guard
 from interfaces.http.ingest import ingest_route
 from interfaces.http.ratelimit import TokenBuckets
 from interfaces.http.metrics import metrics_route
@@ -115,6 +116,7 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
         on_shutdown=[lambda: ingest_threads.shutdown(wait=True, cancel_futures=True)],
         lifespan=[mcp.lifespan],  # the MCP session manager runs once, for the app's lifetime
         before_send=[add_security_headers],
+        middleware=[request_guard(settings.body_timeout)],  # 431, 408, JSON depth: before any route
     )
     app.state.mcp = mcp
     app.state.feed = feed
