@@ -11,7 +11,7 @@ import json
 import re
 import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 from uuid import UUID
@@ -110,6 +110,9 @@ class Views(Protocol):
                    after: tuple[int, str] | None = None) -> tuple[list[dict[str, Any]], tuple[int, str] | None]: ...
 
     def queue_counts(self, endpoint_ids: Sequence[str] | None = None) -> list[dict[str, Any]]: ...
+
+    def fault_traces(self, todo_ids: Sequence[str], endpoint_ids: Sequence[str] | None,
+                     ) -> dict[str, dict[str, Any]]: ...
 
     def list_endpoints(self, *, owner: str | None) -> list[dict[str, Any]]: ...
 
@@ -679,17 +682,25 @@ class Switchboard:
             raise NotFound(f"todo {todo_id} not found")
         return todo
 
-    def history(self, todo_id: str, *, caller: Caller) -> dict[str, Any]:
-        """Every event of a todo in order, with position, version, time, type, actor, cause and data."""
+    def history(self, todo_id: str, *, caller: Caller, payloads: bool = True) -> dict[str, Any]:
+        """Every event of a todo in order, with position, version, time, type, actor, cause and data.
+
+        With `payloads=False` an event's `payload` is left out of its data (named in `omitted`), and
+        never converted: a reader that shows the payload elsewhere does not pay for it twice."""
         todo = self._visible_todo(todo_id, caller)
         events = []
         for recorded in self.store.stream(todo.id):
-            data = self.store.event_data(recorded.event)
+            event, omitted = recorded.event, []
+            if not payloads and getattr(event, "payload", None) is not None:
+                event, omitted = replace(event, payload=None), ["payload"]
+            data = self.store.event_data(event)
             time, actor, cause = data.pop("timestamp"), data.pop("actor"), data.pop("cause")
+            for name in omitted:
+                data.pop(name, None)
             events.append({
                 "position": recorded.position, "version": recorded.event.originator_version,
                 "time": time, "type": type(recorded.event).__name__, "actor": actor, "cause": cause,
-                "data": _shown(data),
+                "data": _shown(data), **({"omitted": omitted} if omitted else {}),
             })
         return {"todo_id": todo.todo_id, "events": events}
 
@@ -748,6 +759,14 @@ class Switchboard:
             endpoint_ids = None if caller.superuser else self.views.endpoint_ids_of(caller.name)
         self.views.catch_up()
         return self.views.queue_counts(endpoint_ids)
+
+    def fault_traces(self, todo_ids: Sequence[str], *, caller: Caller) -> dict[str, dict[str, Any]]:
+        """Why each of these quarantined todos was held (its fault trace), for an operator's own todos."""
+        if caller.kind != "operator":
+            raise Forbidden("fault traces are for operators")
+        self.views.catch_up()
+        endpoint_ids = None if caller.superuser else self.views.endpoint_ids_of(caller.name)
+        return self.views.fault_traces(list(todo_ids), endpoint_ids)
 
     def audit(self, *, after: int = 0, page: int = 1000):
         """The whole event log from a position, as JSON-ready records naming aggregates by public id."""
