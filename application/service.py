@@ -11,7 +11,7 @@ import json
 import re
 import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 from uuid import UUID
@@ -23,8 +23,9 @@ from domain.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from domain.idempotency import KEY_MAX_BYTES, IdempotencyKey, key_uuid
 from domain.delivery import DELIVERY_PREFIX
 from domain.names import (
-    ENDPOINT_PREFIX, OPERATOR_PREFIX, QUARANTINE, TODO_PREFIX, check_queue_name, parse_id, slugify,
+    ENDPOINT_PREFIX, OPERATOR_PREFIX, QUARANTINE, REDACTED, TODO_PREFIX, check_queue_name, parse_id, slugify,
 )
+from domain.installation import INSTALLATION_ID, Installation
 from domain.operator import Operator, check_operator_name, operator_uuid
 from domain.todo import STATES, Todo, effective_lease
 from domain.webhook import WEBHOOK_PREFIX
@@ -33,7 +34,6 @@ CLAIM_CANDIDATES = 8
 MAX_TTL_SECONDS = 100 * 365 * 86400  # an endpoint lifetime beyond a century is `never`
 # Event fields never shown by history or audit export (they stay in the log).
 REDACTED_FIELDS = ("password_hash",)
-REDACTED = "«redacted»"
 
 
 # The public name of each aggregate type, by the module its events live in, and its id prefix:
@@ -43,6 +43,7 @@ AGGREGATE_NAMES = {
     "domain.webhook": ("webhook", WEBHOOK_PREFIX), "domain.delivery": ("delivery", DELIVERY_PREFIX),
     "domain.operator": ("operator", OPERATOR_PREFIX),
     "domain.idempotency": ("idempotency_key", "ik_"),
+    "domain.installation": ("installation", "in_"),
 }
 
 
@@ -109,6 +110,9 @@ class Views(Protocol):
                    after: tuple[int, str] | None = None) -> tuple[list[dict[str, Any]], tuple[int, str] | None]: ...
 
     def queue_counts(self, endpoint_ids: Sequence[str] | None = None) -> list[dict[str, Any]]: ...
+
+    def fault_traces(self, todo_ids: Sequence[str], endpoint_ids: Sequence[str] | None,
+                     ) -> dict[str, dict[str, Any]]: ...
 
     def list_endpoints(self, *, owner: str | None) -> list[dict[str, Any]]: ...
 
@@ -180,10 +184,7 @@ class Switchboard:
         """Creates an operator; returns the generated password when none was given."""
         check_operator_name(name)
         generated = password is None
-        password = password if password is not None else secrets.token_urlsafe(18)
-        if len(password) < 8:
-            raise InvalidArgument("password must be at least 8 characters")
-        password_hash = self.hasher.hash(password)
+        password, password_hash = self._new_password(password)
 
         def handler(uow: UnitOfWork) -> None:
             if uow.get(Operator, operator_uuid(name)) is not None:
@@ -193,6 +194,13 @@ class Switchboard:
         self.store.run(handler)
         return {"name": name, "password": password if generated else None}
 
+    def _new_password(self, password: str | None) -> tuple[str, str]:
+        """The given password (at least 8 characters) or a generated one, with its hash."""
+        password = password if password is not None else secrets.token_urlsafe(18)
+        if len(password) < 8:
+            raise InvalidArgument("password must be at least 8 characters")
+        return password, self.hasher.hash(password)
+
     def ensure_admin(self) -> str | None:
         """On an empty store, creates operator `admin`; returns its password, else None."""
         if self.store.load(Operator, operator_uuid("admin")) is not None:
@@ -201,6 +209,40 @@ class Switchboard:
             return self.create_operator("admin", caller=Caller("system", "bootstrap"))["password"]
         except Conflict:
             return None
+
+    def reset_password(self, name: str, password: str | None = None, *, caller: Caller) -> dict[str, Any]:
+        """Sets a new password (an event); returns the generated one when none was given."""
+        check_operator_name(name)
+        generated = password is None
+        password, password_hash = self._new_password(password)
+
+        def handler(uow: UnitOfWork) -> None:
+            operator = uow.get(Operator, operator_uuid(name))
+            if operator is None:
+                raise NotFound(f"operator {name} not found")
+            operator.reset_password(password_hash=password_hash, now=uow.now, actor=caller.label)
+
+        self.store.run(handler)
+        return {"name": name, "password": password if generated else None}
+
+    def record_base_url(self, base_url: str, *, caller: Caller) -> bool:
+        """Records the base URL this server mints links with; an event only when it changed."""
+
+        def handler(uow: UnitOfWork) -> bool:
+            installation = uow.get(Installation, INSTALLATION_ID)
+            if installation is None:
+                installation = Installation.new()
+                changed = installation.record_base_url(base_url=base_url, now=uow.now, actor=caller.label)
+                uow.add(installation)
+                return changed
+            return installation.record_base_url(base_url=base_url, now=uow.now, actor=caller.label)
+
+        return self.store.run(handler)
+
+    def recorded_base_url(self) -> str | None:
+        """The base URL `serve` recorded last, if any."""
+        installation = self.store.load(Installation, INSTALLATION_ID)
+        return installation.base_url if installation is not None else None
 
     def mint_operator_token(self, name: str, *, caller: Caller) -> dict[str, Any]:
         """Mints an `sbo_` API token; only its hash is kept."""
@@ -640,17 +682,25 @@ class Switchboard:
             raise NotFound(f"todo {todo_id} not found")
         return todo
 
-    def history(self, todo_id: str, *, caller: Caller) -> dict[str, Any]:
-        """Every event of a todo in order, with position, version, time, type, actor, cause and data."""
+    def history(self, todo_id: str, *, caller: Caller, payloads: bool = True) -> dict[str, Any]:
+        """Every event of a todo in order, with position, version, time, type, actor, cause and data.
+
+        With `payloads=False` an event's `payload` is left out of its data (named in `omitted`), and
+        never converted: a reader that shows the payload elsewhere does not pay for it twice."""
         todo = self._visible_todo(todo_id, caller)
         events = []
         for recorded in self.store.stream(todo.id):
-            data = self.store.event_data(recorded.event)
+            event, omitted = recorded.event, []
+            if not payloads and getattr(event, "payload", None) is not None:
+                event, omitted = replace(event, payload=None), ["payload"]
+            data = self.store.event_data(event)
             time, actor, cause = data.pop("timestamp"), data.pop("actor"), data.pop("cause")
+            for name in omitted:
+                data.pop(name, None)
             events.append({
                 "position": recorded.position, "version": recorded.event.originator_version,
                 "time": time, "type": type(recorded.event).__name__, "actor": actor, "cause": cause,
-                "data": _shown(data),
+                "data": _shown(data), **({"omitted": omitted} if omitted else {}),
             })
         return {"todo_id": todo.todo_id, "events": events}
 
@@ -709,6 +759,14 @@ class Switchboard:
             endpoint_ids = None if caller.superuser else self.views.endpoint_ids_of(caller.name)
         self.views.catch_up()
         return self.views.queue_counts(endpoint_ids)
+
+    def fault_traces(self, todo_ids: Sequence[str], *, caller: Caller) -> dict[str, dict[str, Any]]:
+        """Why each of these quarantined todos was held (its fault trace), for an operator's own todos."""
+        if caller.kind != "operator":
+            raise Forbidden("fault traces are for operators")
+        self.views.catch_up()
+        endpoint_ids = None if caller.superuser else self.views.endpoint_ids_of(caller.name)
+        return self.views.fault_traces(list(todo_ids), endpoint_ids)
 
     def audit(self, *, after: int = 0, page: int = 1000):
         """The whole event log from a position, as JSON-ready records naming aggregates by public id."""

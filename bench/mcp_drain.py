@@ -55,7 +55,7 @@ from application.service import Caller  # noqa: E402
 from bench.claim_complete import (  # noqa: E402
     Databases, drain, log, make_container, pg_settings, push_todos, setup_endpoint,
 )
-from bench.ingest import Server, cpu_delta, percentile, postgres_cpu, switchboard_server  # noqa: E402
+from bench.ingest import BENCH_SECRET_KEY, Server, cpu_delta, percentile, postgres_cpu, switchboard_server  # noqa: E402
 from interfaces.bootstrap import build  # noqa: E402
 from interfaces.settings import Settings  # noqa: E402
 from tests.fixtures import fixture, sign  # noqa: E402
@@ -110,7 +110,7 @@ async def call(client: Client, verb: str, **arguments: Any) -> dict[str, Any]:
 
 def setup_server_db(database_url: str, data_dir: str, todos: int) -> dict[str, Any]:
     """Admin; the drain endpoint with `todos` pending todos; the doorbell endpoint and its GitHub webhook."""
-    container = build(Settings(database_url=database_url, data_dir=data_dir))
+    container = build(Settings(database_url=database_url, data_dir=data_dir, secret_key=BENCH_SECRET_KEY))
     try:
         cli = Caller.cli()
         app = container.app

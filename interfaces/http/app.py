@@ -12,17 +12,19 @@ from litestar import Litestar, MediaType, Request, Response, get
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
+from litestar.exceptions import HTTPException
 from litestar.response import Redirect
 from litestar.static_files import create_static_files_router
 
 from domain.endpoint import EndpointRevoked
-from domain.todo import LeaseExpired, TodoMoved, TodoOpened, TodoReleased, TodoRequeued
+from domain.todo import BECOMES_CLAIMABLE
 from interfaces.bootstrap import Container
 from application.feed import TransitionFeed
 from interfaces.http.api import api_router
 from interfaces.http.auth import BoardRedirect, SessionCodec, add_security_headers
-from interfaces.http.board import board_routes
-from interfaces.http.errors import EXCEPTION_HANDLERS
+from interfaces.http.board import NOT_BOARD, Board, board_routes
+from interfaces.http.errors import EXCEPTION_HANDLERS, http_error_handler
+from interfaces.http.hygiene import request_guard
 from interfaces.http.ingest import ingest_route
 from interfaces.http.ratelimit import TokenBuckets
 from interfaces.http.metrics import metrics_route
@@ -31,8 +33,6 @@ from interfaces.mcp.doorbell import Doorbell
 from interfaces.store.rings import SqlRings
 from interfaces.version import VERSION
 
-# Events after which a todo may be pending: only they wake the doorbell's scan.
-MAKES_PENDING = (TodoOpened, TodoReleased, LeaseExpired, TodoRequeued, TodoMoved)
 HERE = Path(__file__).parent
 
 
@@ -87,26 +87,36 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
 
     def on_commit(recorded) -> None:
         feed.wake()  # the board's live view: read the log now, not at the next poll
-        if any(isinstance(r.event, MAKES_PENDING) for r in recorded):
+        if any(isinstance(r.event, BECOMES_CLAIMABLE) for r in recorded):
             doorbell.wake()  # a local todo became claimable: scan at once, not at the next poll
         if any(isinstance(r.event, EndpointRevoked) for r in recorded):
             mcp.revocation_seen()  # end that endpoint's sessions and streams at once
 
     store.subscribe(on_commit)
+    board = Board(container)
+
+    def http_error(request: Request, error: HTTPException) -> Response:
+        """No route: a browser's GET of a board path gets an HTML page; anything else the JSON error body."""
+        if (error.status_code == 404 and request.method in ("GET", "HEAD")
+                and not request.url.path.startswith(NOT_BOARD)):
+            return board.not_found(request)
+        return http_error_handler(request, error)
+
     route_handlers = [
         healthz, ingest_route(container.webhooks, buckets, ingest_threads), mcp_route(mcp),
         create_static_files_router(path="/static", directories=[HERE / "static"], include_in_schema=False),
         metrics_route(container),
         api_router(container.app, container.webhooks, feed),
-        *board_routes(container),
+        *board_routes(container, board),
     ]
     app = Litestar(
         route_handlers=route_handlers,
-        exception_handlers={**EXCEPTION_HANDLERS, BoardRedirect: to_login},
+        exception_handlers={**EXCEPTION_HANDLERS, HTTPException: http_error, BoardRedirect: to_login},
         openapi_config=openapi_config(), on_startup=list(on_startup),
         on_shutdown=[lambda: ingest_threads.shutdown(wait=True, cancel_futures=True)],
         lifespan=[mcp.lifespan],  # the MCP session manager runs once, for the app's lifetime
         before_send=[add_security_headers],
+        middleware=[request_guard(settings.body_timeout)],  # 431, 408, JSON depth: before any route
     )
     app.state.mcp = mcp
     app.state.feed = feed

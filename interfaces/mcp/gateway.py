@@ -37,6 +37,7 @@ from starlette.types import Message, Receive, Scope, Send
 from application.background import OutageLog
 from application.errors import StoreUnavailable
 from domain.errors import DomainError
+from interfaces.json_depth import TOO_DEEP, json_too_deep
 from interfaces.mcp.doorbell import Doorbell
 from interfaces.mcp.server import PRINCIPAL, Principal, build_server
 from interfaces.mcp.sessions import SessionManager, SessionRegistry
@@ -263,6 +264,8 @@ class McpGateway:
                 body, rest = await _read_body(scope, receive)
             except _TooLarge:
                 return await _refuse(send, 413, "payload_too_large", f"request body over {MAX_BODY} bytes")
+            if json_too_deep(body):  # the SDK's parser would recurse into a RecursionError
+                return await _refuse(send, 400, "invalid_argument", TOO_DEEP)
         version = _header(scope, MCP_PROTOCOL_VERSION_HEADER)
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
             return await self._refuse_modern_era(send, version, _request_id(body))
