@@ -35,14 +35,18 @@ class Settings:
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
         env = dict(os.environ if env is None else env)
         get = env.get
-        try:
-            port = int(get("SWITCHBOARD_PORT", "8080"))
-            rate = float(get("SWITCHBOARD_INGEST_RATE", "50"))
-            burst = int(get("SWITCHBOARD_INGEST_BURST", "100"))
-            body_timeout = float(get("SWITCHBOARD_BODY_TIMEOUT", str(DEFAULT_BODY_TIMEOUT_SECONDS)))
-            pg_pool_size = int(get("SWITCHBOARD_PG_POOL_SIZE") or "10")
-        except ValueError as error:
-            raise ConfigurationError(f"bad numeric setting: {error}") from None
+        def number(kind: type, name: str, default: str):  # one line naming the variable, not int()'s words
+            value = get(name) or default
+            try:
+                return kind(value)
+            except ValueError:
+                raise ConfigurationError(f"{name} must be a number, not {value!r}") from None
+
+        port = number(int, "SWITCHBOARD_PORT", "8080")
+        rate = number(float, "SWITCHBOARD_INGEST_RATE", "50")
+        burst = number(int, "SWITCHBOARD_INGEST_BURST", "100")
+        body_timeout = number(float, "SWITCHBOARD_BODY_TIMEOUT", str(DEFAULT_BODY_TIMEOUT_SECONDS))
+        pg_pool_size = number(int, "SWITCHBOARD_PG_POOL_SIZE", "10")
         data_dir = get("SWITCHBOARD_DATA_DIR", "./var")
         return cls(
             database_url=get("SWITCHBOARD_DATABASE_URL") or f"sqlite:///{data_dir.rstrip('/')}/switchboard.db",
