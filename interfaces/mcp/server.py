@@ -8,11 +8,13 @@ request, whatever session it uses.
 
 from __future__ import annotations
 
+import asyncio
 import json
+from concurrent.futures import Executor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-import anyio.to_thread
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
@@ -79,8 +81,8 @@ def tool_failure(code: str, message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=f"{code}: {message}")], is_error=True)
 
 
-def build_server(services: Services, registry: SessionRegistry) -> SwitchboardServer:
-    """The SDK server whose handlers adapt MCP calls to the application."""
+def build_server(services: Services, registry: SessionRegistry, threads: Executor) -> SwitchboardServer:
+    """The SDK server whose handlers adapt MCP calls to the application (run on `threads`)."""
 
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> types.ListToolsResult:
         verbs = principal_of(ctx).endpoint.verbs
@@ -97,7 +99,8 @@ def build_server(services: Services, registry: SessionRegistry) -> SwitchboardSe
             return tool_failure("forbidden", f"tool {name} is not granted to endpoint {principal.endpoint.slug}")
         try:
             args = parse_arguments(verb, params.arguments)
-            answer = await anyio.to_thread.run_sync(verb.run, services, principal.caller, args)
+            answer = await asyncio.get_running_loop().run_in_executor(
+                threads, partial(verb.run, services, principal.caller, args))
             return tool_result(answer)
         except Exception as error:  # every failure is a tool error; unexpected ones are logged as internal
             return tool_failure(*tool_error(error, verb=name))

@@ -214,6 +214,32 @@ def test_http_refusals_before_the_sdk(stack):
         assert http.put(url, headers=bearer(mine)).status_code == 405
 
 
+def test_requests_are_answered_with_one_json_body_and_the_get_stream_stays_sse(stack):
+    """Each POST is answered with its JSON-RPC response as application/json (no SSE stream per
+    POST); the notification stream opened by GET is still text/event-stream (ADR 18)."""
+    mine = stack.vend(agent("json"), "--queue", "work")
+    url = mine["mcp_url"]
+    accept = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    with httpx.Client(timeout=10) as http:
+        init = http.post(url, headers={**accept, **bearer(mine)}, json={
+            "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": HANDSHAKE, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+        assert init.status_code == 200 and init.headers["content-type"] == "application/json", init.headers
+        assert init.json()["result"]["serverInfo"]["name"] == "switchboard"
+        session = {**bearer(mine), "mcp-session-id": init.headers["mcp-session-id"], "mcp-protocol-version": HANDSHAKE}
+        assert http.post(url, headers={**accept, **session},
+                         json={"jsonrpc": "2.0", "method": "notifications/initialized"}).status_code == 202
+        called = http.post(url, headers={**accept, **session}, json={
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "claim_next", "arguments": {}}})
+        assert called.status_code == 200 and called.headers["content-type"] == "application/json"
+        assert called.json()["id"] == 2
+        assert called.json()["result"]["structuredContent"] == {"empty": True}
+        with http.stream("GET", url, headers={"accept": "text/event-stream", **session}) as stream:
+            assert stream.status_code == 200
+            assert stream.headers["content-type"].startswith("text/event-stream")
+        http.delete(url, headers=session)
+
+
 def test_round_trip_from_a_signed_delivery_to_a_completed_todo(stack):
     vend = stack.vend(agent("builder"), "--queue", "builds", "--source-types", "github")
 
