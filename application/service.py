@@ -27,6 +27,7 @@ from domain.operator import Operator, check_operator_name, operator_uuid
 from domain.todo import STATES, Todo, effective_lease
 
 CLAIM_CANDIDATES = 8
+CREDENTIAL_CACHE_SIZE = 10_000  # endpoints whose credential → endpoint resolution is kept (then forgotten at once)
 MAX_TTL_SECONDS = 100 * 365 * 86400  # an endpoint lifetime beyond a century is `never`
 # Event fields never shown by history or audit export (they stay in the log).
 REDACTED_FIELDS = ("password_hash",)
@@ -138,6 +139,9 @@ class Switchboard:
         self.clock = clock
         self.hasher = hasher
         self.base_url = base_url.rstrip("/")
+        self._credentials: dict[str, Endpoint] = {}
+        """credential hash → its endpoint as last loaded; trusted only while the endpoint's
+        stream is still at that version (checked on every use, so a change by any process counts)."""
 
     # -- access: operators and endpoints -------------------------------------------------
 
@@ -279,17 +283,27 @@ class Switchboard:
         return endpoint
 
     def authenticate_endpoint(self, credential: str) -> Endpoint | None:
-        """The active endpoint holding this credential, or None."""
-        subject = self.views.subject_of_credential(credential_hash(credential))
+        """The active endpoint holding this credential, or None. A credential seen before costs one
+        look-up of its endpoint's version: any event on the endpoint (a revocation, by any
+        process) makes the next call resolve it afresh."""
+        digest = credential_hash(credential)
+        known = self._credentials.get(digest)
+        if known is not None and self.store.version_of(known.id) == known.version:
+            return known if known.is_active(self.clock.now()) else None
+        self._credentials.pop(digest, None)
+        subject = self.views.subject_of_credential(digest)
         if subject is None:
             self.views.catch_up()
-            subject = self.views.subject_of_credential(credential_hash(credential))
+            subject = self.views.subject_of_credential(digest)
         if subject is None or subject[0] != "endpoint":
             return None
         endpoint = self.store.load(Endpoint, endpoint_uuid_of(subject[1]))
-        if endpoint is None or not endpoint.is_active(self.clock.now()):
+        if endpoint is None:
             return None
-        return endpoint
+        if len(self._credentials) >= CREDENTIAL_CACHE_SIZE:
+            self._credentials.clear()
+        self._credentials[digest] = endpoint
+        return endpoint if endpoint.is_active(self.clock.now()) else None
 
     def endpoint_caller(self, endpoint: Endpoint | str) -> Caller:
         """The caller an authenticated endpoint acts as (active now, else Forbidden)."""
