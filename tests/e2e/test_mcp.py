@@ -237,7 +237,33 @@ def test_requests_are_answered_with_one_json_body_and_the_get_stream_stays_sse(s
         with http.stream("GET", url, headers={"accept": "text/event-stream", **session}) as stream:
             assert stream.status_code == 200
             assert stream.headers["content-type"].startswith("text/event-stream")
-        http.delete(url, headers=session)
+
+        # a plain tools/call is answered beside the SDK (ADR 18), one with _meta by the SDK: the same answers
+        def tool(request_id: int, name: str, arguments: dict[str, Any], **params: Any) -> dict[str, Any]:
+            response = http.post(url, headers={**accept, **session}, json={
+                "jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                "params": {"name": name, "arguments": arguments, **params}})
+            assert response.status_code == 200 and response.headers["content-type"] == "application/json"
+            assert response.headers["mcp-session-id"] == session["mcp-session-id"]
+            return response.json()
+
+        pushed = stack.cli.json("todo", "push", mine["slug"], "équipe «json»", "--queue", "work",
+                                "--payload", '{"n": 1}')
+        todo_id = pushed["id"] if "id" in pushed else pushed["todo"]["id"]
+        for name, arguments in (("get_todo", {"id": todo_id}), ("get_todo", {"id": "td_" + "0" * 32}),
+                                ("get_todo", {"id": todo_id, "bogus": 1}), ("create_webhook", {}),
+                                ("no_such_verb", {}), ("list_todos", {"limit": 5})):
+            plain, via_sdk = tool(7, name, arguments), tool(7, name, arguments, _meta={})
+            assert plain == via_sdk, (name, plain, via_sdk)
+        assert tool(8, "get_todo", {"id": todo_id})["result"]["structuredContent"]["title"] == "équipe «json»"
+
+        # another endpoint naming this session, and the session once deleted: 404, as from the SDK
+        stranger = stack.vend(agent("stranger"), "--queue", "work")
+        call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "list_todos", "arguments": {}}}
+        foreign = http.post(stranger["mcp_url"], headers={**accept, **session, **bearer(stranger)}, json=call)
+        assert foreign.status_code == 404, foreign.text
+        assert http.delete(url, headers=session).status_code == 200
+        assert http.post(url, headers={**accept, **session}, json=call).status_code == 404
 
 
 def test_round_trip_from_a_signed_delivery_to_a_completed_todo(stack):
