@@ -70,6 +70,7 @@ sys.path.insert(0, str(ROOT))
 from application.service import Caller  # noqa: E402
 from bench.claim_complete import Databases, log, pg_settings  # noqa: E402
 from interfaces.bootstrap import build  # noqa: E402
+from interfaces.http.server import HTTP_STACK  # noqa: E402
 from interfaces.settings import Settings  # noqa: E402
 from tests.fixtures import fixture, sign  # noqa: E402
 
@@ -348,10 +349,15 @@ def switchboard_server(label: str, database_url: str, data_dir: str) -> Server:
     return Server(label, [SWITCHBOARD, "serve", "--port", str(port)], env, data_dir, port)
 
 
+def stack_args() -> list[str]:
+    """uvicorn's options for the HTTP stack `serve` runs on, so every reference runs on it too."""
+    return ["--http", HTTP_STACK["http"], "--loop", HTTP_STACK["loop"]]
+
+
 def bare_server(label: str, app_dir: str) -> Server:
     port = free_port()
     argv = [sys.executable, "-m", "uvicorn", "bare_app:app", "--app-dir", app_dir, "--host", "127.0.0.1",
-            "--port", str(port), "--log-level", "warning"]
+            "--port", str(port), "--log-level", "warning", *stack_args()]
     return Server(label, argv, clean_env(), app_dir, port)
 
 
@@ -359,7 +365,7 @@ def pooled_server(label: str, app_dir: str, module: str, database_url: str) -> S
     """One of the references built on POOLED_APP (`durable_app`, `floor_app`) on its own database."""
     port = free_port()
     argv = [sys.executable, "-m", "uvicorn", f"{module}:app", "--app-dir", app_dir, "--host", "127.0.0.1",
-            "--port", str(port), "--log-level", "warning"]
+            "--port", str(port), "--log-level", "warning", *stack_args()]
     return Server(label, argv, clean_env(REFERENCE_DB_URL=database_url, FLOOR_SECRET=REFERENCE_SECRET), app_dir, port)
 
 

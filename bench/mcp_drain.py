@@ -64,7 +64,7 @@ from bench.claim_complete import (  # noqa: E402
     Databases, drain, log, make_container, payload_for, pg_settings, push_todos, setup_endpoint,
 )
 from bench.ingest import (  # noqa: E402
-    Server, clean_env, cpu_delta, free_port, percentile, postgres_cpu, switchboard_server,
+    Server, clean_env, cpu_delta, free_port, percentile, postgres_cpu, stack_args, switchboard_server,
 )
 from interfaces.bootstrap import build  # noqa: E402
 from interfaces.settings import Settings  # noqa: E402
@@ -234,7 +234,7 @@ def sdk_floor_server(label: str, app_dir: str, claimed: dict[str, Any], complete
     Path(app_dir, "sdk_floor_app.py").write_text(SDK_FLOOR_APP)
     port = free_port()
     argv = [sys.executable, "-m", "uvicorn", "sdk_floor_app:app", "--app-dir", app_dir, "--host", "127.0.0.1",
-            "--port", str(port), "--log-level", "warning"]
+            "--port", str(port), "--log-level", "warning", *stack_args()]
     env = clean_env(FLOOR_CLAIMED=json.dumps(claimed), FLOOR_COMPLETED=json.dumps(completed))
     return Server(label, argv, env, app_dir, port)
 

@@ -16,6 +16,12 @@ from interfaces.bootstrap import Background, build
 from interfaces.settings import Settings, write_private
 
 
+HTTP_STACK = {"http": "httptools", "loop": "uvloop"}
+"""uvicorn's HTTP parser and event loop for `serve`, named rather than left to uvicorn's "auto" (which
+picks whatever happens to be installed); every bench reference runs on the same. httptools on
+uvloop against h11 on asyncio: ingest x1.4, MCP x1.05 in one run (bench/http_stack.py, ADR 7)."""
+
+
 class _Stopped(Exception):
     """SIGINT or SIGTERM: uvicorn stops gracefully, restores these handlers, then re-raises the signal."""
 
@@ -63,7 +69,7 @@ def serve(settings: Settings) -> int:
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         config = uvicorn.Config(
             app, host=settings.host, port=settings.port, log_level="warning", timeout_graceful_shutdown=3,
-            lifespan="on",
+            lifespan="on", **HTTP_STACK,
         )
         def stopping() -> None:  # end MCP sessions and board streams, so open connections close at once
             app.state.mcp.stopping()
