@@ -532,3 +532,26 @@ def test_webhook_verbs(stack):
             assert (await call(client, "list_webhooks"))["webhooks"] == []
 
     anyio.run(scenario)
+
+
+def test_claim_next_with_max_claims_a_batch_over_mcp(stack):
+    mine = stack.vend(agent("batch"), "--queue", "work")
+    pushed = [stack.cli.json("todo", "push", mine["slug"], f"todo {n}", "--queue", "work") for n in range(3)]
+    ids = [p["id"] if "id" in p else p["todo"]["id"] for p in pushed]
+
+    async def scenario() -> None:
+        async with connect(mine) as client:
+            schema = next(t for t in (await client.list_tools()).tools if t.name == "claim_next").input_schema
+            assert schema["properties"]["max"]["maximum"] == 100
+            batch = await call(client, "claim_next", max=2, require_fence=True)
+            assert batch["empty"] is False and [t["id"] for t in batch["todos"]] == ids[:2]
+            assert all(t["state"] == "claimed" and t["lease_token"] for t in batch["todos"])
+            for todo in batch["todos"]:
+                done = await call(client, "complete", id=todo["id"], lease_token=todo["lease_token"])
+                assert done["state"] == "done"
+            assert (await call(client, "claim_next"))["todo"]["id"] == ids[2]  # without max: as before
+            assert await call(client, "claim_next", max=5) == {"empty": True, "todos": []}
+            assert (await refused(client, "claim_next", max=0)).startswith("invalid_argument: ")
+            assert (await refused(client, "claim_next", max=101)).startswith("invalid_argument: ")
+
+    anyio.run(scenario)
