@@ -445,9 +445,11 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[index]
 
 
-def drive(label: str, server: Server, token: str, secret: str, body: bytes, *, senders: int,
+def drive(label: str, server: Server | list[Server], token: str, secret: str, body: bytes, *, senders: int,
           warmup: float, seconds: float, on_window: Callable[[], None] | None = None) -> Load:
-    """`senders` threads on keep-alive connections for warmup + seconds; stats over the last `seconds`."""
+    """`senders` threads on keep-alive connections for warmup + seconds; stats over the last `seconds`.
+    Given several servers (processes on one database), sender i sends to server i mod n."""
+    servers = server if isinstance(server, list) else [server]
     path = f"/webhooks/w/{token}"
     base_headers = {
         "Content-Type": "application/json", "User-Agent": "GitHub-Hookshot/bench", "X-GitHub-Event": "issues",
@@ -463,8 +465,13 @@ def drive(label: str, server: Server, token: str, secret: str, body: bytes, *, s
     failures: list[str] = []
     barrier = threading.Barrier(senders + 1)
 
+    def cpu_split() -> tuple[float, float]:
+        splits = [s.cpu_split() for s in servers]
+        return sum(own for own, _ in splits), sum(children for _, children in splits)
+
     def sender(i: int) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        port = servers[i % len(servers)].port
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         latencies, counts = per_thread[i], statuses[i]
         perf = time.perf_counter
         try:
@@ -481,7 +488,7 @@ def drive(label: str, server: Server, token: str, secret: str, body: bytes, *, s
                 except (OSError, http.client.HTTPException) as error:
                     failures.append(f"{type(error).__name__}: {error}")
                     conn.close()
-                    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
                     continue
                 ended = perf()
                 sent[i] += 1
@@ -507,9 +514,9 @@ def drive(label: str, server: Server, token: str, secret: str, body: bytes, *, s
     time.sleep(max(0.0, window[0] - time.perf_counter()))
     if on_window is not None:
         on_window()
-    cpu0, client0, busy0, pg0 = server.cpu_split(), time.process_time(), machine_busy(), postgres_cpu()
+    cpu0, client0, busy0, pg0 = cpu_split(), time.process_time(), machine_busy(), postgres_cpu()
     time.sleep(max(0.0, window[1] - time.perf_counter()))
-    cpu1, client1, busy1, pg1 = server.cpu_split(), time.process_time(), machine_busy(), postgres_cpu()
+    cpu1, client1, busy1, pg1 = cpu_split(), time.process_time(), machine_busy(), postgres_cpu()
     stop.set()
     for t in threads:
         t.join(timeout=60)

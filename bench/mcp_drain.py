@@ -252,8 +252,11 @@ def refill(server: Server, todos: int) -> None:
 # -- phase 1: MCP drain ------------------------------------------------------------------
 
 
-def mcp_drain(server: Server, endpoint: dict[str, Any], sessions: int) -> dict[str, Any]:
-    url = f"http://127.0.0.1:{server.port}/mcp/{endpoint['slug']}"
+def mcp_drain(server: Server | list[Server], endpoint: dict[str, Any], sessions: int) -> dict[str, Any]:
+    """Given several servers (processes on one database), session i opens on server i mod n and
+    stays there (sticky, as a load balancer routing by Mcp-Session-Id would keep it)."""
+    servers = server if isinstance(server, list) else [server]
+    urls = [f"http://127.0.0.1:{s.port}/mcp/{endpoint['slug']}" for s in servers]
     listeners = [ChannelListener() for _ in range(sessions)]
     done = [0] * sessions
     calls = [0] * sessions
@@ -264,7 +267,7 @@ def mcp_drain(server: Server, endpoint: dict[str, Any], sessions: int) -> dict[s
             started = time.perf_counter()
             clients = []
             for i in range(sessions):
-                clients.append(await open_session(stack, url, endpoint["credential"], listeners[i]))
+                clients.append(await open_session(stack, urls[i % len(urls)], endpoint["credential"], listeners[i]))
             out["connect"] = time.perf_counter() - started
             go = anyio.Event()
 
@@ -284,11 +287,11 @@ def mcp_drain(server: Server, endpoint: dict[str, Any], sessions: int) -> dict[s
                 for i in range(sessions):
                     tasks.start_soon(worker, i)
                 await anyio.sleep(0.3)  # every session initialized; let the GET streams settle
-                cpu0, client0, pg0 = server.cpu_seconds(), time.process_time(), postgres_cpu()
+                cpu0, client0, pg0 = sum(s.cpu_seconds() for s in servers), time.process_time(), postgres_cpu()
                 out["t0"] = time.perf_counter()
                 go.set()
             out["seconds"] = time.perf_counter() - out["t0"]
-            out["server_cpu_seconds"] = server.cpu_seconds() - cpu0
+            out["server_cpu_seconds"] = sum(s.cpu_seconds() for s in servers) - cpu0
             out["server_cpu"] = out["server_cpu_seconds"] / out["seconds"]
             out["client_cpu"] = (time.process_time() - client0) / out["seconds"]
             out["pg_cpu"] = cpu_delta(pg0, postgres_cpu()) / out["seconds"]
