@@ -342,10 +342,16 @@ def setup_switchboard(database_url: str, data_dir: str, *, with_rule: bool) -> t
         container.close()
 
 
+def secret_key_of(data_dir: str) -> str:
+    """The data dir's secret key (the one the in-process setup sealed the webhook secrets with),
+    passed to `serve` explicitly as several processes on one PostgreSQL need."""
+    return Settings(data_dir=data_dir).resolved_secret_key()
+
+
 def switchboard_server(label: str, database_url: str, data_dir: str) -> Server:
     port = free_port()
     env = clean_env(SWITCHBOARD_DATABASE_URL=database_url, SWITCHBOARD_DATA_DIR=data_dir,
-                    SWITCHBOARD_INGEST_RATE="0")
+                    SWITCHBOARD_INGEST_RATE="0", SWITCHBOARD_SECRET_KEY=secret_key_of(data_dir))
     return Server(label, [SWITCHBOARD, "serve", "--port", str(port)], env, data_dir, port)
 
 
