@@ -142,7 +142,7 @@ def test_tools_list_is_exactly_the_endpoint_verbs(stack):
                 assert tool.description, tool.name
             schemas = {t.name: t.input_schema for t in tools}
             assert schemas["get_todo"]["required"] == ["id"]
-            assert set(schemas["claim_next"]["properties"]) == {"queue", "lease_ttl_seconds", "claimant", "require_fence"}
+            assert set(schemas["claim_next"]["properties"]) == {"queue", "lease_ttl_seconds", "claimant", "require_fence", "max"}
             assert schemas["list_todos"]["properties"]["limit"]["maximum"] == 200
             assert schemas["create_webhook"]["required"] == ["source_type", "target_queue"]
             assert schemas["set_default_lease"]["required"] == ["default_lease_ttl_seconds"]
