@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test bench clean
+.PHONY: run test test-quick bench bench-faults clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,9 +20,17 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
+## make test-quick: the suite without the fault suite and the browser tests (a developer's loop)
+test-quick: $(STAMP)
+	$(PY) -m pytest -m "not fault and not browser"
+
 ## make bench: benchmarks with ratios against baselines measured in the same run
 bench: $(STAMP)
 	$(PY) bench/claim_complete.py
+
+## make bench-faults: throughput and answer times around each fault of the fault suite
+bench-faults: $(STAMP)
+	$(PY) bench/faults.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .hypothesis

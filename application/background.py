@@ -12,6 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from application.errors import StoreUnavailable, first_line
 from application.ports import Clock
 
 log = logging.getLogger("switchboard.background")
@@ -73,19 +74,29 @@ class ProjectionWorker:
 
 
 def _loop(tick: Callable[[], float], wake: threading.Event, stop: threading.Event, name: str) -> None:
-    failing = False
+    """Runs `tick` until stopped. An outage of the store is one line when it starts and one when it
+    ends, however many retries lie between (CONTRACT §12); any other failure is logged once with
+    its traceback, then retried quietly."""
+    failing: str | None = None
     while not stop.is_set():
         try:
             delay = tick()
-            if failing:
+            if failing == "store":
+                log.warning("%s: store is back", name)
+            elif failing:
                 log.warning("%s recovered", name)
-            failing = False
-        except Exception as error:  # keep the loop alive through a database restart
+            failing = None
+        except StoreUnavailable as error:
+            if failing != "store":
+                log.warning("%s: store unavailable (%s); retrying every %.0f s", name, first_line(error), MAX_SLEEP)
+            failing = "store"
+            delay = MAX_SLEEP
+        except Exception as error:
             if not failing:
                 log.exception("%s tick failed (will retry every %.0f s)", name, MAX_SLEEP)
             else:
                 log.debug("%s still failing: %s", name, error)
-            failing = True
+            failing = failing or "error"
             delay = MAX_SLEEP
         if delay > 0:
             wake.wait(delay)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from application.errors import first_line
 from application.presenters import iso
 from domain.endpoint import Endpoint, EndpointVended, endpoint_uuid_of
 from domain.names import ENDPOINT_PREFIX, TODO_PREFIX, format_id
@@ -111,10 +112,12 @@ class TransitionFeed:
                     return
             try:
                 self.tick()
+                if failing:
+                    log.warning("transition feed: reading the log again")
                 failing = False
             except Exception as error:  # noqa: BLE001 - a store hiccup must not end the feed
                 if not failing:
-                    log.warning("transition feed: reading the log failed (%s); retrying", error)
+                    log.warning("transition feed: reading the log failed (%s); retrying", first_line(error))
                 failing = True
             if not self._behind:
                 self._wake.wait(self.poll)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,11 +21,13 @@ from application.presenters import endpoint_view, iso, todo_full, todo_row
 from domain.endpoint import Endpoint, credential_hash, endpoint_uuid, endpoint_uuid_of
 from domain.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from domain.idempotency import KEY_MAX_BYTES, IdempotencyKey, key_uuid
+from domain.delivery import DELIVERY_PREFIX
 from domain.names import (
-    OPERATOR_PREFIX, QUARANTINE, TODO_PREFIX, check_queue_name, parse_id, slugify,
+    ENDPOINT_PREFIX, OPERATOR_PREFIX, QUARANTINE, TODO_PREFIX, check_queue_name, parse_id, slugify,
 )
 from domain.operator import Operator, check_operator_name, operator_uuid
 from domain.todo import STATES, Todo, effective_lease
+from domain.webhook import WEBHOOK_PREFIX
 
 CLAIM_CANDIDATES = 8
 MAX_CLAIM_BATCH = 100  # todos one claim_next may take at once (`max`)
@@ -33,6 +36,23 @@ MAX_TTL_SECONDS = 100 * 365 * 86400  # an endpoint lifetime beyond a century is 
 # Event fields never shown by history or audit export (they stay in the log).
 REDACTED_FIELDS = ("password_hash",)
 REDACTED = "«redacted»"
+
+
+# The public name of each aggregate type, by the module its events live in, and its id prefix:
+# the export names aggregates as every other surface does (`td_…`), not by bare hex.
+AGGREGATE_NAMES = {
+    "domain.todo": ("todo", TODO_PREFIX), "domain.endpoint": ("endpoint", ENDPOINT_PREFIX),
+    "domain.webhook": ("webhook", WEBHOOK_PREFIX), "domain.delivery": ("delivery", DELIVERY_PREFIX),
+    "domain.operator": ("operator", OPERATOR_PREFIX),
+    "domain.idempotency": ("idempotency_key", "ik_"),
+}
+
+
+def public_aggregate(event: Any) -> tuple[str, str]:
+    """(aggregate_type, public id) of an event's aggregate; an unknown type keeps its module's name."""
+    module = type(event).__module__
+    kind, prefix = AGGREGATE_NAMES.get(module, (module.rpartition(".")[2], ""))
+    return kind, f"{prefix}{event.originator_id.hex}" if prefix else event.originator_id.hex
 
 
 def _shown(data: dict[str, Any]) -> dict[str, Any]:
@@ -86,6 +106,10 @@ class Views(Protocol):
                    limit: int, hide_queues: Sequence[str] = (), dead_letter: bool | None = None,
                    ) -> list[dict[str, Any]]: ...
 
+    def page_todos(self, *, endpoint_ids: Sequence[str] | None, state: str | None, queue: str | None,
+                   limit: int, hide_queues: Sequence[str] = (), dead_letter: bool | None = None,
+                   after: tuple[int, str] | None = None) -> tuple[list[dict[str, Any]], tuple[int, str] | None]: ...
+
     def queue_counts(self, endpoint_ids: Sequence[str] | None = None) -> list[dict[str, Any]]: ...
 
     def list_endpoints(self, *, owner: str | None) -> list[dict[str, Any]]: ...
@@ -119,6 +143,17 @@ def _todo_uuid(todo_id: object) -> UUID:
     if parsed is None:
         raise NotFound(f"todo {todo_id} not found")
     return parsed
+
+
+_TODO_CURSOR = re.compile(r"(\d{1,19})\.(td_[0-9a-f]{32})")
+
+
+def _todo_cursor(cursor: object) -> tuple[int, str]:
+    """The (created_at, todo_id) a `next_cursor` of `page_todos` names."""
+    match = _TODO_CURSOR.fullmatch(cursor) if isinstance(cursor, str) else None
+    if match is None or int(match.group(1)) >= 2**63:
+        raise InvalidArgument("bad cursor: give the next_cursor of the previous page")
+    return int(match.group(1)), match.group(2)
 
 
 def _check_limit(limit: int | None, default: int, maximum: int) -> int:
@@ -652,7 +687,18 @@ class Switchboard:
         dead_letter: bool | None = None,
     ) -> list[dict[str, Any]]:
         """Rows newest first; agents never see quarantine. `dead_letter` keeps only (or no) dead letters."""
+        return self.page_todos(caller=caller, endpoint=endpoint, state=state, queue=queue, limit=limit,
+                               max_limit=max_limit, dead_letter=dead_letter)["todos"]
+
+    def page_todos(
+        self, *, caller: Caller, endpoint: str | None = None, state: str | None = None,
+        queue: str | None = None, limit: int | None = None, max_limit: int = 1000,
+        dead_letter: bool | None = None, cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """`{todos, next_cursor?}`: one page of rows newest first; `next_cursor` (present only when
+        more rows follow) continues after this page's last row, so a listing never stops silently."""
         limit = _check_limit(limit, 50, max_limit)
+        after = _todo_cursor(cursor) if cursor is not None else None
         if state is not None and state not in STATES:
             raise InvalidArgument(f"state must be one of {', '.join(STATES)}")
         if queue is not None:
@@ -673,8 +719,12 @@ class Switchboard:
         else:
             endpoint_ids = self.views.endpoint_ids_of(caller.name)
         self.views.catch_up()
-        return self.views.list_todos(endpoint_ids=endpoint_ids, state=state, queue=queue, limit=limit,
-                                     hide_queues=hide, dead_letter=dead_letter)
+        rows, last = self.views.page_todos(endpoint_ids=endpoint_ids, state=state, queue=queue, limit=limit,
+                                           hide_queues=hide, dead_letter=dead_letter, after=after)
+        answer: dict[str, Any] = {"todos": rows}
+        if last is not None:
+            answer["next_cursor"] = f"{last[0]}.{last[1]}"
+        return answer
 
     def todo_counts(self, *, caller: Caller, endpoint: str | None = None) -> list[dict[str, Any]]:
         """How many todos per queue and state (dead letters apart) an operator has, with the oldest pending."""
@@ -688,16 +738,17 @@ class Switchboard:
         return self.views.queue_counts(endpoint_ids)
 
     def audit(self, *, after: int = 0, page: int = 1000):
-        """The whole event log from a position, as JSON-ready records."""
+        """The whole event log from a position, as JSON-ready records naming aggregates by public id."""
         while True:
             recorded = self.store.read_log(after, page)
             if not recorded:
                 return
             for r in recorded:
                 data = self.store.event_data(r.event)
+                aggregate_type, aggregate = public_aggregate(r.event)
                 yield {
                     "position": r.position, "time": data.pop("timestamp"),
-                    "aggregate": r.event.originator_id.hex, "version": r.event.originator_version,
+                    "aggregate": aggregate, "aggregate_type": aggregate_type, "version": r.event.originator_version,
                     "type": type(r.event).__name__, "actor": data.pop("actor"), "cause": data.pop("cause"),
                     "data": _shown(data),
                 }

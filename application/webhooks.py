@@ -19,7 +19,7 @@ from uuid import UUID, uuid4
 from application.ports import UnitOfWork
 from application.presenters import iso
 from application.service import Caller, Switchboard
-from domain.delivery import DELIVERY_PREFIX, Delivery
+from domain.delivery import DELIVERY_PREFIX, Delivery, delivery_id_of
 from domain.endpoint import SOURCE_TYPES, Endpoint, endpoint_uuid_of
 from domain.errors import Forbidden, InvalidArgument, NotFound
 from domain.events import Aggregate
@@ -30,14 +30,16 @@ from domain.ingest import (
 )
 from domain.names import ENDPOINT_PREFIX, QUARANTINE, TODO_PREFIX, check_queue_name, format_id, parse_id
 from domain.routing import (
-    Decision, Faulted, Matched, NoMatch, RuleSet, check_grant, decide, envelope, parse_rule_set,
+    Decision, Faulted, Matched, NoMatch, RuleSet, check_grant, decide, envelope, parse_rule_set, rule_label,
 )
 from domain.todo import Todo
 from domain.webhook import WEBHOOK_PREFIX, Webhook
 
 DRY_RUN_DELIVERIES = 50
 MEMO_SIZE = 10_000
-REPLAY_DEFAULT, REPLAY_MAX, REPLAY_CHANGED_SHOWN = 1000, 100_000, 100
+# How many stored deliveries a replay reads when N is not given: the board and the CLI both use it.
+DEFAULT_REPLAY_LAST = 100
+REPLAY_MAX, REPLAY_CHANGED_SHOWN = 100_000, 100
 _TOKEN = re.compile(r"[0-9a-f]{32}")
 
 
@@ -67,6 +69,13 @@ def _delivery_key(webhook_id: str, headers: Mapping[str, str], source_type: str,
                   body: bytes) -> str:
     """The idempotency key of a delivery: the webhook, then the sender's delivery id."""
     return f"{webhook_id}:{delivery_id(headers, source_type, cairn, body)}"
+
+
+def _kind_and_title(envelope_json: str | bytes) -> tuple[str | None, str]:
+    """A stored delivery's kind and the title its todo got (derived again from the envelope)."""
+    env = json.loads(envelope_json)
+    return env.get("kind"), derive_title(env.get("source"), env.get("kind"), env.get("payload"),
+                                         size=env.get("size"), content_type=env.get("content_type"))
 
 
 def _rule_set_of(webhook: Webhook) -> RuleSet:
@@ -245,7 +254,8 @@ class Webhooks:
                    require_ids: bool) -> RuleSet:
         if not isinstance(document, Mapping):
             raise InvalidArgument("rules must be an object {rules, default_action?, params?}")
-        rule_set = parse_rule_set(dict(document), new_rule_id=lambda: "rule_" + secrets.token_hex(12),
+        document = {k: v for k, v in document.items() if k != "webhook_id"}  # what `rules get` prints reads back
+        rule_set = parse_rule_set(document, new_rule_id=lambda: "rule_" + secrets.token_hex(12),
                                   require_ids=require_ids)
         check_grant(rule_set, allowed_queues=set(owner.webhook_queues), target_endpoint_ids=set(webhook.targets))
         self.engine.check_compiles(rule_set)
@@ -261,9 +271,9 @@ class Webhooks:
             outcomes = self.engine.evaluate_many(rule_set, [env for _, env in recent])
             for (event_id, _), (outcome, _) in zip(recent, outcomes):
                 if isinstance(outcome, Faulted):
-                    rule = rule_set.rules[outcome.index] if outcome.index is not None else None
-                    named = f"rule {outcome.index} ({rule.id})" if rule else "the rules"
-                    raise InvalidArgument(f"{named} faulted on delivery {event_id}: {outcome.reason}")
+                    index = outcome.index if outcome.index is not None and outcome.index < len(rule_set.rules) else None
+                    named = rule_label(index, rule_set.rules[index].id if index is not None else None)
+                    raise InvalidArgument(f"{named} faulted on delivery {event_id}: {outcome.kind}: {outcome.detail}")
         saved = rule_set.to_json()
         self._change(webhook_id, caller, lambda w, uow: w.set_rules(
             now=uow.now, actor=caller.label, rules=saved["rules"], default_action=saved["default_action"],
@@ -302,9 +312,10 @@ class Webhooks:
 
     def replay(self, webhook_id: str, candidate: Mapping[str, Any], *, caller: Caller,
                last: int | None = None) -> dict[str, Any]:
-        """Candidate rules against the saved ones over the last N stored deliveries."""
+        """Candidate rules against the saved ones over the last N stored deliveries (default 100);
+        each changed delivery is named by id, kind and title."""
         if last is None:
-            last = REPLAY_DEFAULT
+            last = DEFAULT_REPLAY_LAST
         if isinstance(last, bool) or not isinstance(last, int) or not 1 <= last <= REPLAY_MAX:
             raise InvalidArgument(f"last must be within 1..{REPLAY_MAX}")
         webhook, owner = self._visible(webhook_id, caller)
@@ -315,13 +326,15 @@ class Webhooks:
         outcomes = self.engine.evaluate_many(rule_set, [env for _, env in recent], compare_with=saved)
         counts: dict[str, int] = {}
         changed: list[dict[str, Any]] = []
-        for (event_id, _), (after_outcome, before_outcome) in zip(recent, outcomes):
+        for (event_id, env_json), (after_outcome, before_outcome) in zip(recent, outcomes):
             after = decide(rule_set, after_outcome, targets=webhook.targets, target_queue=webhook.target_queue)
             before = decide(saved, before_outcome, targets=webhook.targets, target_queue=webhook.target_queue)
             key = "faulted" if after.faulted else "drop" if after.drop else f"queue:{after.queue}"
             counts[key] = counts.get(key, 0) + 1
             if after.to_json() != before.to_json() and len(changed) < REPLAY_CHANGED_SHOWN:
-                changed.append({"event_id": event_id, "before": before.to_json(), "after": after.to_json()})
+                kind, title = _kind_and_title(env_json)
+                changed.append({"event_id": event_id, "kind": kind, "title": title,
+                                "before": before.to_json(), "after": after.to_json()})
         return {"evaluated": len(recent), "decisions": counts, "changed": changed}
 
     # -- ingest --------------------------------------------------------------------------
@@ -418,7 +431,7 @@ class Webhooks:
                        verified=verified, content_type=content_type, size=len(body), headers=redacted, payload=payload)
         outcome = self.engine.evaluate(rule_set, env) if rule_set.rules else NoMatch()
         decision = decide(rule_set, outcome, targets=targets or (owner.endpoint_id,), target_queue=webhook.target_queue)
-        title = derive_title(webhook.source_type, kind, payload)
+        title = derive_title(webhook.source_type, kind, payload, body=body, content_type=content_type)
         todo_payload = payload if payload is not None else body.decode(errors="replace")
         delivery_uuid = uuid4()
         event_id = f"{DELIVERY_PREFIX}{delivery_uuid.hex}"
@@ -513,7 +526,7 @@ class Webhooks:
         return answer
 
     def get_event(self, event_id: str, *, caller: Caller) -> dict[str, Any]:
-        """One delivery with redacted headers and payload."""
+        """One delivery with redacted headers and payload, and the sender's delivery id."""
         parsed = parse_id(DELIVERY_PREFIX, event_id)
         delivery = self.store.load(Delivery, parsed) if parsed else None
         if delivery is None:
@@ -523,7 +536,8 @@ class Webhooks:
             raise NotFound(f"event {event_id} not found")
         payload = parse_payload(delivery.body, delivery.content_type)
         return {
-            "id": delivery.event_id, "webhook_id": delivery.webhook_id, "endpoint_id": delivery.endpoint_id,
+            "id": delivery.event_id, "delivery_id": delivery_id_of(delivery.delivery_key),
+            "webhook_id": delivery.webhook_id, "endpoint_id": delivery.endpoint_id,
             "source": delivery.source, "kind": delivery.kind, "trust_mode": delivery.trust_mode,
             "verified": delivery.verified, "remote_addr": delivery.remote_addr,
             "content_type": delivery.content_type, "size": delivery.size, "headers": delivery.headers,

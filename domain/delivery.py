@@ -42,6 +42,11 @@ class DeliveryAccepted(DomainEvent):
 DELIVERY_EVENTS = (DeliveryAccepted,)
 
 
+def delivery_id_of(delivery_key: str) -> str:
+    """The sender's delivery id inside an idempotency key `<webhook_id>:<delivery id>`."""
+    return delivery_key.partition(":")[2] or delivery_key
+
+
 def encode_body(raw: bytes) -> tuple[str, str]:
     """A body is kept as text when it is UTF-8 (nearly every webhook), else as base64."""
     try:

@@ -35,6 +35,7 @@ DELIVERY_ID_HEADERS_FIRST = ("x-github-delivery", "x-gitea-delivery")
 DELIVERY_ID_HEADERS_LAST = ("x-delivery-id", "webhook-id")
 GENERIC_TITLE_FIELDS = ("title", "name", "summary", "message")
 CAIRN_TITLE_FIELDS = ("subject", "name", "title")
+NOT_JSON_PREVIEW_BYTES = 1024  # how much of a body that is not JSON is read for its title
 
 _HEX_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
 _RFC3339 = re.compile(
@@ -237,9 +238,15 @@ def _refuse_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
-def derive_title(source_type: str, kind: str | None, payload: object | None) -> str:
-    """One line of at most 200 characters saying what arrived; never fails on an odd payload."""
+def derive_title(source_type: str, kind: str | None, payload: object | None, *, body: bytes | None = None,
+                 size: int | None = None, content_type: str | None = None) -> str:
+    """One line of at most 200 characters saying what arrived; never fails on an odd payload.
+
+    A body that is not JSON (`payload` None, and `body` or `size` given) is titled by its size,
+    media type and first line of text, not as an anonymous "delivery"."""
     kind = _text(kind)
+    if payload is None and (body is not None or size is not None) and not _is_json_null(body):
+        return one_line_title(_printable(_not_json_title(kind, body, size, content_type)))
     if source_type in ("github", "gitea"):
         title = _forge_title(kind, payload) if kind else None
     elif source_type == "cairn":
@@ -247,6 +254,32 @@ def derive_title(source_type: str, kind: str | None, payload: object | None) -> 
     else:
         title = None
     return one_line_title(_printable(title or _generic_title(kind, payload)))
+
+
+def _is_json_null(body: bytes | None) -> bool:
+    return body is not None and body.strip() == b"null"
+
+
+def _not_json_title(kind: str | None, body: bytes | None, size: int | None, content_type: str | None) -> str:
+    """`issues: not JSON, 27 bytes (text/plain): Disk full on web-3`."""
+    length = len(body) if body is not None else size or 0
+    head = kind or "webhook"
+    if length == 0:
+        return f"{head}: empty body"
+    media_type = _text((content_type or "").split(";", 1)[0].strip().lower())
+    described = f"{head}: not JSON, {length:,} byte{'' if length == 1 else 's'}"
+    if media_type:
+        described += f" ({media_type})"
+    first_line = None
+    if body is not None:
+        chunk = body[:NOT_JSON_PREVIEW_BYTES]
+        try:
+            text = chunk.decode("utf-8")
+        except UnicodeDecodeError as error:  # a character cut by the preview's end, or binary
+            text = chunk[:error.start].decode("utf-8") if error.start > len(chunk) - 4 else ""
+        lines = [line for line in text.splitlines() if line.strip()]
+        first_line = _text(lines[0]) if lines else None
+    return f"{described}: {first_line}" if first_line else described
 
 
 def _forge_title(kind: str, payload: object) -> str | None:
@@ -261,6 +294,9 @@ def _forge_title(kind: str, payload: object) -> str | None:
         return _headed(head, f"{repo or ''}#{number}" if number else repo, _text(item.get("title")))
     if kind == "push":
         ref = _text(payload.get("ref"))
+        change = _ref_change(payload, ref)
+        if change is not None:
+            return _headed("push", repo, change)
         return _headed("push", repo, ref, _commit_count(payload)) + _head_commit(payload)
     if kind == "ping":
         return _headed("ping", repo or _organization(payload) or _text(payload.get("zen")))
@@ -269,12 +305,54 @@ def _forge_title(kind: str, payload: object) -> str | None:
         return _headed(head, repo, _text(_dig(release, "tag_name")) or _text(_dig(release, "name")))
     if kind in ("create", "delete"):
         return _headed(head, repo, _text(payload.get("ref_type")), _text(payload.get("ref")))
+    if kind in ("check_run", "check_suite", "workflow_run", "workflow_job"):
+        return _headed(head, repo, *_run_facts(kind, payload))
     return _headed(head, repo or _organization(payload))
+
+
+def _ref_change(payload: dict, ref: str | None) -> str | None:
+    """`deleted tag v1`, `created branch feature-x`: a push that creates or deletes a ref, as
+    GitHub flags it (`created`, `deleted`) or as the all-zero before/after ids say (Gitea)."""
+    created = payload.get("created") is True or _zeros(payload.get("before"))
+    deleted = payload.get("deleted") is True or _zeros(payload.get("after"))
+    if not ref or created == deleted:
+        return None
+    for prefix, noun in (("refs/tags/", "tag"), ("refs/heads/", "branch")):
+        if ref.startswith(prefix) and len(ref) > len(prefix):
+            return f"{'created' if created else 'deleted'} {noun} {ref[len(prefix):]}"
+    return f"{'created' if created else 'deleted'} {ref}"
+
+
+def _zeros(value: object) -> bool:
+    return isinstance(value, str) and len(value) >= 40 and not value.strip("0")
+
+
+def _run_facts(kind: str, payload: dict) -> tuple[str | None, ...]:
+    """A check or workflow run's name and how it stands: `CI #12 (failure)`, `lint (queued)`."""
+    run = payload.get(kind)
+    if not isinstance(run, dict):
+        return ()
+    if kind == "check_suite":
+        name = _text(_dig(run, "app", "name"))
+        branch = _text(run.get("head_branch"))
+        name = f"{name} on {branch}" if name and branch else name or branch
+    elif kind == "workflow_job":
+        job, workflow = _text(run.get("name")), _text(run.get("workflow_name"))
+        name = f"{workflow} / {job}" if job and workflow and job != workflow else job or workflow
+    else:
+        name = _text(run.get("name"))
+        number = _text(run.get("run_number")) if kind == "workflow_run" else None
+        if name and number:
+            name = f"{name} #{number}"
+    standing = _text(run.get("conclusion")) or _text(run.get("status"))
+    return name, f"({standing})" if standing else None
 
 
 def _item(kind: str, payload: dict) -> dict | None:
     """The issue or pull request an event is about; a pull request's own events prefer it."""
     order = ("pull_request", "issue") if kind.startswith("pull_request") else ("issue", "pull_request")
+    if kind.startswith("discussion"):
+        order = ("discussion",)
     for key in order:
         candidate = payload.get(key)
         if not isinstance(candidate, dict):

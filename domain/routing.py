@@ -10,8 +10,8 @@ lexical scan for forbidden jq functions), checks actions against a grant, and tu
 evaluator's outcome into a `Decision`. Compiling and running jq happens elsewhere
 (`interfaces/rules`), behind the `Matched` / `NoMatch` / `Faulted` outcomes defined here.
 
-Rules are named in messages by their 0-based position, as in the trace's `rule_index`:
-"rule 2 (rule_ab12…): …".
+Rules are named in messages by number, counting from 1 as people do ("rule #3 (rule_ab12…): …"
+is the rule at `rule_index` 2 of a trace, which counts from 0).
 """
 
 from __future__ import annotations
@@ -114,13 +114,35 @@ class NoMatch:
     """No rule matched (each produced nothing, false or null)."""
 
 
+FAULT_REASONS = ("timeout", "error", "too_large")
+
+
 @dataclass(frozen=True)
 class Faulted:
-    """Evaluation failed at rule `index` (None when no rule is to blame); reason is
-    "timeout" or "error: <jq message>"."""
+    """Evaluation failed at rule `index` (None when no rule is to blame); reason is "timeout",
+    "error: <jq message>" or "too_large: <what was too large>" (an envelope too big to read
+    within the delivery's budget)."""
 
     index: int | None
     reason: str
+
+    @property
+    def kind(self) -> str:
+        """Why, in one word of FAULT_REASONS: "timeout", "error" or "too_large"."""
+        head = self.reason.partition(":")[0].strip()
+        return head if head in FAULT_REASONS else "error"
+
+    @property
+    def detail(self) -> str:
+        """What happened, for a person (rules named by number from 1, as people count)."""
+        head, _, rest = self.reason.partition(":")
+        if head.strip() in FAULT_REASONS and rest.strip():
+            return rest.strip()
+        if self.kind == "timeout":
+            if self.index is None:
+                return "the rules did not finish within the delivery's time budget"
+            return f"rule #{self.index + 1} did not finish within its time budget"
+        return self.reason if head.strip() not in FAULT_REASONS else self.kind
 
 
 Outcome = Matched | NoMatch | Faulted
@@ -146,7 +168,8 @@ class Decision:
 
 def decide(rule_set: RuleSet, outcome: Outcome, *, targets: tuple[str, ...], target_queue: str) -> Decision:
     """First match wins; no match takes the default action, else the target queue on every target;
-    a fault holds one todo in `quarantine` on the owner (targets[0])."""
+    a fault holds one todo in `quarantine` on the owner (targets[0]), its trace saying why
+    (`reason`: timeout, error or too_large, and a `detail` for people)."""
     targets = tuple(targets)
     match outcome:
         case Matched(index=index):
@@ -164,6 +187,8 @@ def decide(rule_set: RuleSet, outcome: Outcome, *, targets: tuple[str, ...], tar
                 trace["rule_index"] = index
                 if 0 <= index < len(rule_set.rules):
                     trace["rule_id"] = rule_set.rules[index].id
+            trace["reason"] = outcome.kind
+            trace["detail"] = outcome.detail
             trace["action"] = {"queue": QUARANTINE}
             return Decision(drop=False, queue=QUARANTINE, endpoints=targets[:1], faulted=True, trace=trace)
     raise TypeError(f"not a routing outcome: {outcome!r}")
@@ -188,10 +213,10 @@ def envelope(*, source: str, kind: str | None, webhook_id: str, trust_mode: str,
 
 
 def rule_label(index: int | None, rule_id: str | None = None) -> str:
-    """How messages name a rule: "rule 2 (rule_ab12…)", by 0-based position as in the trace."""
+    """How messages name the rule at 0-based `index`: "rule #3 (rule_ab12…)", counting from 1."""
     if index is None:
         return "the rules"
-    return f"rule {index} ({rule_id})" if rule_id else f"rule {index}"
+    return f"rule #{index + 1} ({rule_id})" if rule_id else f"rule #{index + 1}"
 
 
 # --- parsing and checks ----------------------------------------------------------------------

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 
 from application.background import ProjectionWorker, TimerScheduler
@@ -56,7 +57,8 @@ class Container:
 def build(settings: Settings, *, clock: Clock | None = None) -> Container:
     """Connects to the store named by the settings and assembles the application."""
     clock = clock or SystemClock()
-    store = SqlEventStore(DatabaseUrl.parse(settings.database_url), clock, all_projections()).open()
+    store = SqlEventStore(DatabaseUrl.parse(settings.database_url), clock, all_projections(),
+                          pool_size=settings.pg_pool_size).open()
     projector = Projector(store)
     views = SqlViews(store.db, projector)
     app = Switchboard(store, views, clock, Argon2Hasher(), settings.base_url)
@@ -122,6 +124,7 @@ class ProjectorProcess:
     """
 
     RESTART_DELAY = 1.0
+    MAX_RESTART_DELAY = 60.0
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -148,12 +151,20 @@ class ProjectorProcess:
             pass  # a full pipe: it will wake anyway; a dead child: `supervise` restarts it
 
     def supervise(self, stop: threading.Event) -> None:
+        """Restarts a child that died, waiting longer after each quick death (a child that keeps
+        failing costs a line per restart at most every MAX_RESTART_DELAY seconds, not a loop)."""
+        delay, started = self.RESTART_DELAY, time.monotonic()
         while not stop.wait(self.RESTART_DELAY):
             with self._lock:
                 proc = self.proc
             if proc is not None and proc.poll() is not None:
-                log.warning("projector process exited with %s; starting another", proc.returncode)
+                lived = time.monotonic() - started
+                delay = self.RESTART_DELAY if lived > self.MAX_RESTART_DELAY else min(delay * 2, self.MAX_RESTART_DELAY)
+                log.warning("projector process exited with %s; starting another in %.0f s", proc.returncode, delay)
+                if stop.wait(delay):
+                    return
                 self.start()
+                started = time.monotonic()
 
     def close(self) -> None:
         with self._lock:

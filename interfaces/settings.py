@@ -21,6 +21,7 @@ class Settings:
     ingest_rate: float = 50.0
     ingest_burst: int = 100
     metrics_token: str | None = None
+    pg_pool_size: int = 10
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -30,6 +31,7 @@ class Settings:
             port = int(get("SWITCHBOARD_PORT", "8080"))
             rate = float(get("SWITCHBOARD_INGEST_RATE", "50"))
             burst = int(get("SWITCHBOARD_INGEST_BURST", "100"))
+            pg_pool_size = int(get("SWITCHBOARD_PG_POOL_SIZE") or "10")
         except ValueError as error:
             raise ConfigurationError(f"bad numeric setting: {error}") from None
         data_dir = get("SWITCHBOARD_DATA_DIR", "./var")
@@ -43,6 +45,7 @@ class Settings:
             ingest_rate=rate,
             ingest_burst=burst,
             metrics_token=get("SWITCHBOARD_METRICS_TOKEN") or None,
+            pg_pool_size=pg_pool_size,
         )
 
     def with_overrides(self, **values: object) -> Settings:
@@ -54,6 +57,8 @@ class Settings:
             raise ConfigurationError("SWITCHBOARD_METRICS_TOKEN must be at least 32 characters")
         if not 0 < self.port < 65536:
             raise ConfigurationError(f"bad port {self.port}")
+        if not 1 <= self.pg_pool_size <= 1000:
+            raise ConfigurationError(f"SWITCHBOARD_PG_POOL_SIZE must be within 1..1000, not {self.pg_pool_size}")
 
     def resolved_secret_key(self) -> str:
         """The explicit key, else `<data dir>/secret-key`, generated there (0600) on first use."""

@@ -3,6 +3,7 @@
 from projections.claimable import ClaimableQueue
 from projections.counters import Counters
 from projections.deliveries import Deliveries
+from projections.delivery_ids import DeliveryIds
 from projections.directory import Directory
 from projections.doorbell import Doorbells
 from projections.idempotency_keys import IdempotencyKeys
@@ -13,4 +14,4 @@ from projections.todo_rows import TodoRows
 def all_projections():
     """Every projection, inline ones first."""
     return (ClaimableQueue(), DueTimers(), Doorbells(), TodoRows(), IdempotencyKeys(), Directory(), Deliveries(),
-            Counters())
+            Counters(), DeliveryIds())

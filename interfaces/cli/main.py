@@ -7,8 +7,10 @@ Exit codes: 0 ok, 1 refused (or the store/settings unusable), 2 usage error.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -16,6 +18,7 @@ from typing import Any, NoReturn
 
 from application.errors import ConfigurationError, StoreUnavailable
 from application.service import Caller
+from application.webhooks import DEFAULT_REPLAY_LAST, REPLAY_MAX
 from domain.endpoint import parse_lifetime
 from domain.errors import DomainError, InvalidArgument
 from interfaces.settings import Settings
@@ -46,17 +49,36 @@ def parse_ttl(text: str) -> int | None:
         raise Usage(f"bad --ttl {text!r}: expected <n>s|m|h|d or never") from None
 
 
-def parse_json_arg(text: str, what: str) -> Any:
-    """A JSON value given inline or as @file."""
+def parse_json_arg(text: str, what: str, *, bare_path: bool = False) -> Any:
+    """A JSON value given inline or as @file; with `bare_path`, text that does not start a JSON
+    object or list is a path too (`--rules rules.json`). A failure names the file."""
+    path: str | None = None
     if text.startswith("@"):
-        try:
-            text = Path(text[1:]).read_text()
-        except OSError as error:
-            raise InvalidArgument(f"cannot read {what} file: {error.strerror}") from None
+        path = text[1:]
+    elif bare_path and text.lstrip()[:1] not in ("{", "["):
+        path = text
+    if path is None:
+        return _json_of(text, what)
+    try:
+        content = Path(path).read_text()
+    except OSError as error:
+        raise InvalidArgument(f"cannot read {what} file {path}: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise InvalidArgument(f"{what} file {path} is not UTF-8 text") from None
+    return _json_of(content, f"{what} file {path}")
+
+
+def read_json_file(text: str, what: str) -> Any:
+    """The JSON document in a file named as `path` or `@path`."""
+    return parse_json_arg(text if text.startswith("@") else "@" + text, what)
+
+
+def _json_of(text: str, what: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
-        raise InvalidArgument(f"{what} is not valid JSON: {error.msg}") from None
+        raise InvalidArgument(f"{what} is not valid JSON: {error.msg} (line {error.lineno} column {error.colno})"
+                              ) from None
 
 
 def comma_list(text: str) -> list[str]:
@@ -172,10 +194,32 @@ def cmd_todo_push(args, out: Output) -> int:
     )
 
 
+def _more_hint(page: dict[str, Any], noun: str, argv: Sequence[str]) -> None:
+    """A listing that has more rows than it showed says so, on stderr: how to get the rest."""
+    cursor = page.get("next_cursor")
+    if cursor is None:
+        return
+    kept = []
+    skip = False
+    for arg in argv:  # the same command again, with --cursor replaced
+        if skip:
+            skip = False
+        elif arg == "--cursor":
+            skip = True
+        elif not arg.startswith("--cursor="):
+            kept.append(arg)
+    shown = " ".join(shlex.quote(a) for a in kept)
+    print(f"more {noun} than the {len(page[noun])} shown; next page: switchboard {shown} --cursor {cursor}",
+          file=sys.stderr)
+
+
 def cmd_todo_list(args, out: Output) -> int:
     with _closing(_container(args)) as c:
-        rows = c.app.list_todos(caller=CLI, endpoint=args.endpoint, state=args.state, queue=args.queue, limit=args.limit)
-    out.emit({"todos": rows}, lambda d: _table(d["todos"], TODO_COLUMNS))
+        page = c.app.page_todos(caller=CLI, endpoint=args.endpoint, state=args.state, queue=args.queue,
+                                limit=args.limit, cursor=args.cursor)
+    out.emit(page, lambda d: _table(d["todos"], TODO_COLUMNS))
+    if not out.as_json:
+        _more_hint(page, "todos", args.argv)
     return EXIT_OK
 
 
@@ -188,14 +232,29 @@ def cmd_todo_retry(args, out: Output) -> int:
         lambda r: f"{r['id']} {r['state']} (attempt {r['attempt']}/{r['max_attempts']})")
 
 
+BULKY_FIELDS = ("payload", "result")  # shown by size and digest in text: they can be megabytes
+
+
+def _digest_line(name: str, value: Any) -> str:
+    """`payload: 22,016 bytes, sha256 <hex>`, of the value's compact JSON encoding (UTF-8)."""
+    encoded = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return f"{name}: {len(encoded):,} bytes, sha256 {hashlib.sha256(encoded).hexdigest()}"
+
+
+def _history_text(d: dict[str, Any]) -> str:
+    lines = []
+    for e in d["events"]:
+        data = {k: v for k, v in e["data"].items() if k not in BULKY_FIELDS or v is None}
+        lines.append(f"{e['position']:>8}  v{e['version']:<3} {e['time']}  {e['type']:<14} {e['actor']:<28} "
+                     f"{e['cause']:<16} " + json.dumps(data, separators=(",", ":"), ensure_ascii=False))
+        lines += [" " * 10 + _digest_line(k, v) for k, v in e["data"].items() if k in BULKY_FIELDS and v is not None]
+    return "\n".join(lines)
+
+
 def cmd_todo_history(args, out: Output) -> int:
     with _closing(_container(args)) as c:
         history = c.app.history(args.id, caller=CLI)
-    out.emit({"events": history["events"]}, lambda d: "\n".join(
-        f"{e['position']:>8}  v{e['version']:<3} {e['time']}  {e['type']:<14} {e['actor']:<28} {e['cause']:<16} "
-        + json.dumps(e["data"], separators=(",", ":"))
-        for e in d["events"]
-    ))
+    out.emit({"events": history["events"]}, _history_text)
     return EXIT_OK
 
 
@@ -257,7 +316,7 @@ def cmd_rules_get(args, out: Output) -> int:
 
 
 def cmd_rules_set(args, out: Output) -> int:
-    document = parse_json_arg("@" + args.file, "rules file")
+    document = read_json_file(args.file, "rules")
     return _act(args, out, lambda c: c.webhooks.set_rules(args.webhook, document, caller=CLI), _rules_text)
 
 
@@ -273,39 +332,80 @@ def cmd_rules_test(args, out: Output) -> int:
         raise Usage("give exactly one of --payload or --event")
     headers = dict(_header(h) for h in (args.header or []))
     payload = parse_json_arg(args.payload, "payload") if args.payload is not None else None
-    candidate = parse_json_arg(args.rules, "rules") if args.rules is not None else None
+    candidate = parse_json_arg(args.rules, "rules", bare_path=True) if args.rules is not None else None
     return _act(
         args, out,
         lambda c: c.webhooks.test_rules(args.webhook, caller=CLI, payload=payload, headers=headers, event_id=args.event,
                                         candidate=candidate, has_payload=args.payload is not None),
-        lambda r: json.dumps({"decision": r["decision"], "trace": r["trace"]}, indent=2),
+        _dry_run_text,
     )
+
+
+def _dry_run_text(r: dict[str, Any]) -> str:
+    """The decision, the rule that made it (numbered from 1, as people count), then the trace."""
+    decision, trace = r["decision"], r["trace"]
+    on = f" on {', '.join(decision['endpoints'])}" if decision["endpoints"] and not decision["drop"] else ""
+    lines = [f"decision: {_decision_text(decision)}{on}"]
+    index = trace.get("rule_index")
+    rule = f"rule #{index + 1} ({trace.get('rule_id')})" if isinstance(index, int) else "the rules"
+    if trace["stage"] == "rule":
+        lines.append(f"matched: {rule}")
+    elif trace["stage"] == "default":
+        lines.append("matched: no rule (the default action)")
+    elif trace["stage"] == "fault":
+        lines.append(f"fault: {trace.get('reason', 'error')} in {rule}: {trace.get('detail', '')}")
+    lines.append("trace: " + json.dumps(trace, ensure_ascii=False))
+    return "\n".join(lines)
+
+
+def _decision_text(decision: dict[str, Any]) -> str:
+    """`queue:inbox`, `drop` or `faulted`, as the replay counts name decisions."""
+    return "faulted" if decision["faulted"] else "drop" if decision["drop"] else f"queue:{decision['queue']}"
+
+
+def _replay_text(r: dict[str, Any]) -> str:
+    lines = [f"evaluated: {r['evaluated']}"] + [f"{k}: {v}" for k, v in sorted(r["decisions"].items())]
+    for ch in r["changed"]:
+        lines.append(f"changed: {ch['event_id']} {ch['kind'] or '-'} {ch['title']}")
+        before, after = ch["before"], ch["after"]
+        queued = not (before["drop"] or after["drop"] or before["faulted"] or after["faulted"])
+        moved = "" if not queued or before["endpoints"] == after["endpoints"] else (
+            f" (endpoints {', '.join(before['endpoints']) or '-'} -> {', '.join(after['endpoints']) or '-'})")
+        lines.append(f"  {_decision_text(before)} -> {_decision_text(after)}{moved}")
+    return "\n".join(lines)
 
 
 def cmd_rules_replay(args, out: Output) -> int:
-    candidate = parse_json_arg(args.rules, "rules")
-    return _act(
-        args, out, lambda c: c.webhooks.replay(args.webhook, candidate, caller=CLI, last=args.last),
-        lambda r: "\n".join(
-            [f"evaluated: {r['evaluated']}"] + [f"{k}: {v}" for k, v in sorted(r["decisions"].items())]
-            + [f"changed: {ch['event_id']} {json.dumps(ch['before'])} -> {json.dumps(ch['after'])}"
-               for ch in r["changed"]]
-        ),
-    )
+    candidate = parse_json_arg(args.rules, "rules", bare_path=True)
+    return _act(args, out, lambda c: c.webhooks.replay(args.webhook, candidate, caller=CLI, last=args.last),
+                _replay_text)
 
 
 def cmd_events_list(args, out: Output) -> int:
-    columns = ("id", "webhook_id", "source", "kind", "trust_mode", "verified", "disposition", "todos_created",
-               "received_at")
-    return _act(
-        args, out,
-        lambda c: c.webhooks.list_events(caller=CLI, webhook_id=args.webhook, limit=args.limit, max_limit=1000),
-        lambda d: _table(d["events"], columns),
-    )
+    columns = ("id", "delivery_id", "webhook_id", "source", "kind", "trust_mode", "verified", "disposition",
+               "todos_created", "received_at")
+    with _closing(_container(args)) as c:
+        page = c.webhooks.list_events(caller=CLI, webhook_id=args.webhook, limit=args.limit, max_limit=1000,
+                                      cursor=args.cursor)
+    out.emit(page, lambda d: _table(d["events"], columns))
+    if not out.as_json:
+        _more_hint(page, "events", args.argv)
+    return EXIT_OK
+
+
+def _event_text(event: dict[str, Any]) -> str:
+    """The delivery's facts, its headers one per line, then its body as received."""
+    facts = {k: v for k, v in event.items() if k not in ("headers", "payload", "body")}
+    lines = [_pairs(facts), "headers:"]
+    lines += [f"  {name}: {value}" for name, value in event["headers"].items()]
+    body = event["body"] if event["body"] is not None else json.dumps(event["payload"], indent=2, ensure_ascii=False)
+    lines.append(f"body ({event['size']:,} bytes):")
+    lines.append(body)
+    return "\n".join(lines)
 
 
 def cmd_events_show(args, out: Output) -> int:
-    return _act(args, out, lambda c: c.webhooks.get_event(args.id, caller=CLI))
+    return _act(args, out, lambda c: c.webhooks.get_event(args.id, caller=CLI), _event_text)
 
 
 def _act(args, out: Output, call: Callable[[Any], Any], text: Callable[[Any], str] | None = None) -> int:
@@ -383,11 +483,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--endpoint")
     p.add_argument("--state")
     p.add_argument("--queue")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=int, default=50, help="rows per page, 1..1000 (default 50)")
+    p.add_argument("--cursor", help="continue after a previous page (its next_cursor)")
     for name, func, help_text in (
         ("show", cmd_todo_show, "show a todo in full"),
         ("retry", cmd_todo_retry, "retry a failed todo now, with a fresh budget"),
-        ("history", cmd_todo_history, "every domain event of a todo"),
+        ("history", cmd_todo_history, "every domain event of a todo (payloads by size and digest; --json whole)"),
     ):
         command(todo, name, func, help_text).add_argument("id")
 
@@ -408,22 +509,26 @@ def build_parser() -> argparse.ArgumentParser:
     command(rules, "get", cmd_rules_get, "show a webhook's rules").add_argument("webhook")
     p = command(rules, "set", cmd_rules_set, "validate, dry-run and save rules")
     p.add_argument("webhook")
-    p.add_argument("--file", required=True, help="rules.json: {rules, default_action?, params?}")
+    p.add_argument("--file", required=True, metavar="PATH",
+                   help="rules.json (path or @path): {rules, default_action?, params?}")
     p = command(rules, "test", cmd_rules_test, "dry run on a payload or a stored delivery; saves nothing")
     p.add_argument("webhook")
     p.add_argument("--payload", help="JSON or @file")
     p.add_argument("--header", action="append", metavar="NAME:VALUE")
     p.add_argument("--event", metavar="EVENT_ID")
-    p.add_argument("--rules", help="candidate rules, JSON or @file")
+    p.add_argument("--rules", help="candidate {rules, default_action?, params?}: @path, path or inline JSON")
     p = command(rules, "replay", cmd_rules_replay, "candidate rules against the saved ones over the last N deliveries")
     p.add_argument("webhook")
-    p.add_argument("--rules", required=True, help="candidate rules, JSON or @file")
-    p.add_argument("--last", type=int, default=1000)
+    p.add_argument("--rules", required=True,
+                   help="candidate {rules, default_action?, params?}: @path, path or inline JSON")
+    p.add_argument("--last", type=int, default=None,
+                   help=f"how many of the latest deliveries (default {DEFAULT_REPLAY_LAST}, at most {REPLAY_MAX})")
 
     events = groups.add_parser("events", help="stored deliveries").add_subparsers(dest="action", required=True, parser_class=_Parser)
     p = command(events, "list", cmd_events_list, "stored deliveries, newest first")
     p.add_argument("--webhook")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=int, default=50, help="rows per page, 1..1000 (default 50)")
+    p.add_argument("--cursor", help="continue after a previous page (its next_cursor)")
     command(events, "show", cmd_events_show, "one delivery with redacted headers").add_argument("id")
 
     projections = groups.add_parser("projections", help="read models").add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -437,11 +542,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Runs one command; a reader that closes the pipe early (`… | head -1`) is not an error."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at exit, where a closed pipe would turn into exit 120
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return EXIT_OK
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in argv
     argv = [a for a in argv if a != "--json"]
     out = Output(as_json)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     if not hasattr(args, "database_url"):
         args.database_url = None
     try:
@@ -459,9 +576,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {code}: {error}", file=sys.stderr)
         if as_json:
             print(json.dumps({"error": str(error), "code": code}))
-        return EXIT_REFUSED
-    except BrokenPipeError:  # the reader went away (`switchboard audit export | head`)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return EXIT_REFUSED
 
 

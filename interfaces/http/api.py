@@ -103,21 +103,34 @@ class WebhookBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 class RulesBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A rule set, as `rules set --file` reads it: `{rules, default_action?, params?}`."""
+
     rules: list[dict[str, Any]]
     webhook_id: str | None = None  # what GET answers may be PUT back as it is; ignored
     default_action: dict[str, Any] | None = None
-    params: dict[str, Any] | None = None
+    params: Json = None  # any JSON, so that a non-object is refused as invalid_params, not 422
 
 
 class RulesTestBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A dry run: the candidate (if any) at the top level, as in replay and `rules set --file`.
+    The older nested form `{"rules": {rules, default_action?, params?}}` is still read."""
+
     payload: Json = msgspec.UNSET
     headers: dict[str, str] | None = None
     event_id: str | None = None
-    rules: RulesBody | None = None
+    rules: list[dict[str, Any]] | RulesBody | msgspec.UnsetType = msgspec.UNSET
+    default_action: dict[str, Any] | None | msgspec.UnsetType = msgspec.UNSET
+    params: Json = msgspec.UNSET
 
 
 class ReplayBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    rules: RulesBody
+    """A replay: the candidate at the top level (`{rules, default_action?, params?, last?}`);
+    the older nested form `{"rules": {rules, …}, "last"}` is still read."""
+
+    rules: list[dict[str, Any]] | RulesBody
+    default_action: dict[str, Any] | None = None
+    params: Json = None
+    webhook_id: str | None = None  # a GET /rules answer may be sent as the candidate; ignored
     last: int | None = None
 
 
@@ -130,6 +143,17 @@ def _rules_document(body: RulesBody) -> dict[str, Any]:
     return document
 
 
+def _candidate(body: RulesTestBody | ReplayBody) -> dict[str, Any] | None:
+    """The candidate rule set of a dry run or replay, whichever form it came in (None: none given)."""
+    if isinstance(body.rules, RulesBody):
+        return _rules_document(body.rules)
+    given = {name: getattr(body, name) for name in ("rules", "default_action", "params")}
+    document = {name: value for name, value in given.items() if value is not msgspec.UNSET}
+    if not document:
+        return None
+    return {name: value for name, value in document.items() if value is not None or name == "rules"}
+
+
 async def _run(fn, *args, **kwargs):
     return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
 
@@ -139,15 +163,16 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed) -> Ro
 
     # -- todos
 
-    @get("/todos", summary="List todos", description="Rows newest first (no payload).")
+    @get("/todos", summary="List todos",
+         description="Rows newest first (no payload); `next_cursor` when more follow, `?cursor=` continues.")
     async def list_todos(
         request: Request, endpoint: FromQuery[str | None] = None,
         state_filter: Annotated[str | None, QueryParameter(name="state")] = None,  # `state` is reserved by Litestar
         queue: FromQuery[str | None] = None, limit: FromQuery[int | None] = None,
+        cursor: FromQuery[str | None] = None,
     ) -> dict[str, Any]:
-        rows = await _run(app.list_todos, caller=caller_of(request), endpoint=endpoint, state=state_filter,
-                          queue=queue, limit=limit)
-        return {"todos": rows}
+        return await _run(app.page_todos, caller=caller_of(request), endpoint=endpoint, state=state_filter,
+                          queue=queue, limit=limit, cursor=cursor)
 
     @get("/todos/{todo_id:str}", summary="Get a todo")
     async def get_todo(request: Request, todo_id: FromPath[str]) -> dict[str, Any]:
@@ -253,19 +278,23 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed) -> Ro
         return await _run(webhooks.set_rules, webhook_id, _rules_document(data), caller=caller_of(request))
 
     @post("/webhooks/{webhook_id:str}/rules/test", status_code=HTTP_200_OK,
-          summary="Dry-run saved or candidate rules on a payload or a stored delivery")
+          summary="Dry-run saved or candidate rules on a payload or a stored delivery",
+          description="Exactly one of payload (+ headers) or event_id; the candidate, if any, as top-level "
+                      "rules, default_action, params (the object `rules set --file` reads).")
     async def test_rules(request: Request, webhook_id: FromPath[str], data: JSONBody[RulesTestBody]) -> dict[str, Any]:
         has_payload = data.payload is not msgspec.UNSET
         return await _run(
             webhooks.test_rules, webhook_id, caller=caller_of(request),
             payload=data.payload if has_payload else None, has_payload=has_payload, headers=data.headers,
-            event_id=data.event_id, candidate=_rules_document(data.rules) if data.rules is not None else None,
+            event_id=data.event_id, candidate=_candidate(data),
         )
 
     @post("/webhooks/{webhook_id:str}/rules/replay", status_code=HTTP_200_OK,
-          summary="Replay candidate rules over the last N stored deliveries")
+          summary="Replay candidate rules over the last N stored deliveries",
+          description="The candidate as top-level rules, default_action, params (as in the dry run); "
+                      "`last` defaults to 100. Each changed delivery is named by event_id, kind and title.")
     async def replay_rules(request: Request, webhook_id: FromPath[str], data: JSONBody[ReplayBody]) -> dict[str, Any]:
-        return await _run(webhooks.replay, webhook_id, _rules_document(data.rules), caller=caller_of(request),
+        return await _run(webhooks.replay, webhook_id, _candidate(data), caller=caller_of(request),
                           last=data.last)
 
     # -- deliveries

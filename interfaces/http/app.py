@@ -67,7 +67,7 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
 
     @get("/healthz", media_type=MediaType.TEXT, sync_to_thread=True, include_in_schema=False)
     def healthz() -> Response[str]:
-        if not container.store.db.ping(timeout=2.0):
+        if not container.store.db.ping():
             return Response("store down", status_code=503, media_type=MediaType.TEXT)
         return Response(f"ok {VERSION}", media_type=MediaType.TEXT)
 
@@ -75,7 +75,8 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
     buckets = TokenBuckets(settings.ingest_rate, settings.ingest_burst)
     ingest_threads = ThreadPoolExecutor(max_workers=INGEST_THREADS, thread_name_prefix="switchboard-ingest")
     store = container.store
-    listen = (store.url.conninfo(), store.recorder.channel_name) if store.url.dialect == "postgres" else None
+    listen = ((store.url.conninfo(application_name="switchboard-doorbell"), store.recorder.channel_name)
+              if store.url.dialect == "postgres" else None)
     mcp = McpGateway(
         Services(container.app, container.webhooks), base_url=settings.base_url,
         doorbell=lambda registry: Doorbell(registry, SqlRings(store.db), container.clock, listen=listen),

@@ -7,7 +7,7 @@ import logging
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
-from application.errors import StoreUnavailable
+from application.errors import CommitOutcomeUnknown, StoreUnavailable
 from domain.errors import DomainError
 
 log = logging.getLogger("switchboard.http")
@@ -45,7 +45,13 @@ def domain_error_handler(request: Request, error: DomainError) -> Response:
 
 
 def unavailable_handler(request: Request, error: StoreUnavailable) -> Response:
+    """503 means nothing was stored (CONTRACT §12)."""
     return error_response("store down", "unavailable")
+
+
+def outcome_unknown_handler(request: Request, error: CommitOutcomeUnknown) -> Response:
+    """A commit was sent and the store could not be asked in time whether it landed: not a 503."""
+    return error_response(str(error), "internal")
 
 
 # Litestar's own refusals (no such route, wrong method, unreadable request): same body shape
@@ -85,6 +91,7 @@ def internal_error_handler(request: Request, error: Exception) -> Response:
 
 EXCEPTION_HANDLERS = {
     DomainError: domain_error_handler, StoreUnavailable: unavailable_handler,
+    CommitOutcomeUnknown: outcome_unknown_handler,
     HTTPException: http_error_handler, ValidationException: validation_error_handler,
     Exception: internal_error_handler,
 }

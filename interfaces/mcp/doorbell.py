@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from application.errors import StoreUnavailable, first_line
 from application.ports import Clock
 from domain.doorbell import RING_GRACE, ring_message
 from interfaces.mcp.sessions import LiveSession, SessionRegistry
@@ -63,7 +64,7 @@ class Doorbell:
         self._turns: dict[str, int] = {}
         self._pruned = 0.0
         self._forgot_at: datetime | None = None
-        self._failing = False
+        self._failing: str | None = None
 
     def wake(self) -> None:
         """Scan now (safe from any thread, e.g. the store's writer after a commit)."""
@@ -88,12 +89,17 @@ class Doorbell:
                     try:
                         await self.tick(tasks)
                         if self._failing:
-                            log.warning("doorbell recovered")
-                        self._failing = False
-                    except Exception:  # a store hiccup: keep ringing once it is back
+                            log.warning("doorbell: store is back" if self._failing == "store" else "doorbell recovered")
+                        self._failing = None
+                    except StoreUnavailable as error:  # an outage: one line now, one when it is back
+                        if self._failing != "store":
+                            log.warning("doorbell: store unavailable (%s); scanning again every %.1f s",
+                                        first_line(error), self.poll)
+                        self._failing = "store"
+                    except Exception:  # keep ringing once it is mended
                         if not self._failing:
                             log.exception("doorbell scan failed (will retry)")
-                        self._failing = True
+                        self._failing = self._failing or "error"
                     await anyio.sleep(MIN_GAP)
         finally:
             self._loop = self._event = None
@@ -159,13 +165,22 @@ class Doorbell:
         """Wakes the scan on every PostgreSQL append (by any process); polling covers any gap."""
         import psycopg
 
+        lost = False
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
                     await conn.execute(f'LISTEN "{channel}"')
+                    if lost:
+                        log.warning("doorbell listener: store is back")
+                        lost = False
+                    if self._event is not None:  # what was committed while it listened to nothing
+                        self._event.set()
                     async for _ in conn.notifies():
                         if self._event is not None:
                             self._event.set()
             except Exception as error:  # the database restarted: poll until it is back
-                log.debug("doorbell LISTEN lost: %s", error)
+                if not lost:
+                    log.warning("doorbell listener: store unavailable (%s); polling every %.1f s, listening"
+                                " again every %.0f s", first_line(error), self.poll, LISTEN_RETRY)
+                    lost = True
             await anyio.sleep(LISTEN_RETRY)

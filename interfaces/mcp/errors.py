@@ -10,7 +10,7 @@ import logging
 
 import msgspec
 
-from application.errors import StoreUnavailable
+from application.errors import CommitOutcomeUnknown, StoreUnavailable
 from domain.errors import DomainError
 from domain.routing import RULE_ERROR_CODES
 
@@ -18,7 +18,7 @@ log = logging.getLogger("switchboard.mcp")
 
 TOOL_ERROR_CODES = frozenset({
     "forbidden", "not_found", "conflict", "invalid_argument", "ceiling_exceeded", "forbidden_source_type",
-    "internal", *RULE_ERROR_CODES,
+    "internal", "unavailable", *RULE_ERROR_CODES,
 })
 INTERNAL_MESSAGE = "unexpected server error"
 
@@ -29,8 +29,10 @@ def tool_error(error: BaseException, *, verb: str) -> tuple[str, str]:
         return error.code, error.message
     if isinstance(error, msgspec.ValidationError):
         return "invalid_argument", str(error)
-    if isinstance(error, StoreUnavailable):
-        log.warning("mcp %s: store unavailable: %s", verb, error)
-        return "internal", "store down"
+    if isinstance(error, StoreUnavailable):  # nothing was written (CONTRACT §12)
+        log.debug("mcp %s: store unavailable: %s", verb, error)
+        return "unavailable", "store down"
+    if isinstance(error, CommitOutcomeUnknown):
+        return "internal", str(error)
     log.error("mcp %s failed", verb, exc_info=error)
     return "internal", INTERNAL_MESSAGE

@@ -37,7 +37,7 @@ from litestar.types import Send as LitestarSend
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
-from application.errors import StoreUnavailable
+from application.errors import StoreUnavailable, first_line
 from domain.errors import DomainError
 from interfaces.mcp.doorbell import Doorbell
 from interfaces.mcp.server import PRINCIPAL, Principal, build_server, run_tool
@@ -177,6 +177,7 @@ class McpGateway:
             max_request_body_size=MAX_BODY, json_response=True,
         )
         self.revocation_sweep = revocation_sweep
+        self._sweep_failing = self._sweep_failed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: anyio.Event | None = None
         self._revoked: asyncio.Event | None = None
@@ -229,19 +230,28 @@ class McpGateway:
             if self._revoked is not None:
                 self._revoked.clear()
             self.manager.forget_gone()
+            self._sweep_failed = False
             for endpoint_id, slug in self.registry.endpoints().items():
                 if await self._still_active(slug):
                     continue
                 for session in self.registry.of_endpoint(endpoint_id):
                     log.info("ending MCP session %s of revoked endpoint %s", session.session_id[:8], slug)
                     await self.manager.end(session.session_id)
+            if self._sweep_failing and not self._sweep_failed:
+                log.warning("revocation sweep: store is back")
+                self._sweep_failing = False
 
     async def _still_active(self, slug: str) -> bool:
         try:
             await anyio.to_thread.run_sync(self.services.app.endpoint_caller, slug)
         except DomainError:
             return False
-        except Exception:  # a store hiccup is not a revocation: look again on the next sweep
+        except StoreUnavailable as error:  # an outage is not a revocation: one line, look again next sweep
+            if not self._sweep_failing:
+                log.warning("revocation sweep: store unavailable (%s); sweeping again every %.0f s",
+                            first_line(error), self.revocation_sweep)
+            self._sweep_failing = self._sweep_failed = True
+        except Exception:  # any other failure is not a revocation either: look again on the next sweep
             log.warning("revocation sweep could not load endpoint %s", slug, exc_info=True)
         return True
 
@@ -273,7 +283,7 @@ class McpGateway:
         try:
             principal = await self._authenticate(credential) if credential is not None else None
         except StoreUnavailable:
-            return await _refuse(send, 503, "unavailable", "store down")
+            return await self._store_down(scope, receive, send, method)
         if principal is None:
             return await _refuse(send, 401, "unauthorized", "missing, unknown, revoked or expired credential",
                                  {"WWW-Authenticate": WWW_AUTHENTICATE})
@@ -290,6 +300,26 @@ class McpGateway:
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
             return await self._refuse_modern_era(send, version, _request_id(body))
         await self._dispatch(scope, receive, send, principal, body if method == "POST" else None, rest)
+
+    @staticmethod
+    async def _store_down(scope: Scope, receive: Receive, send: Send, method: str) -> None:
+        """The credential cannot be checked while the store is down. A tool call is answered as the
+        tool error `unavailable: store down` (CONTRACT §12: nothing was done), in the JSON-RPC
+        answer the client waits for; anything else is the HTTP 503."""
+        request_id = None
+        if method == "POST":
+            try:
+                body, _ = await _read_body(scope, receive)
+                message = json.loads(body)
+            except (_TooLarge, ValueError):
+                message = None
+            if isinstance(message, dict) and message.get("method") == "tools/call":
+                request_id = message.get("id")
+        if request_id is None:
+            return await _refuse(send, 503, "unavailable", "store down")
+        await _respond(send, 200, {"jsonrpc": "2.0", "id": request_id, "result": {
+            "content": [{"type": "text", "text": "unavailable: store down"}], "isError": True,
+        }})
 
     @staticmethod
     async def _refuse_modern_era(send: Send, version: str, request_id: Any) -> None:

@@ -47,6 +47,7 @@ class ListTodos(Args):
     queue: Queue = None
     state: Annotated[str | None, _doc("only todos in this state", enum=list(STATES))] = None
     limit: Limit200 = None
+    cursor: Annotated[str | None, _doc("next_cursor of the previous page")] = None
 
 
 class GetTodo(Args):
@@ -109,7 +110,9 @@ class Route(Args):
 
 RulesList = Annotated[list[dict[str, Any]], _doc("ordered rules {id?, name?, expr, action}; first match wins")]
 Action = Annotated[dict[str, Any] | None, _doc('{"queue": Q}, {"queue": Q, "endpoints": [...]} or {"drop": true}')]
-Params = Annotated[dict[str, Any] | None, _doc("JSON object visible to rules as $params (≤ 16 KiB)")]
+# Any JSON here, so that params which are not an object reach the application and are refused with
+# `invalid_params` (as on every surface), not with the parser's `invalid_argument`.
+Params = Annotated[Any, _doc("JSON object visible to rules as $params (≤ 16 KiB)", type=["object", "null"])]
 
 
 class SetRules(Args):
@@ -126,7 +129,7 @@ class TestRules(Args):
     event_id: Annotated[str | None, _doc("a stored delivery to route again (give this or payload)")] = None
     rules: Annotated[list[dict[str, Any]] | UnsetType, _doc("candidate rules (each with an id)")] = UNSET
     default_action: Annotated[dict[str, Any] | None | UnsetType, _doc("candidate default action")] = UNSET
-    params: Annotated[dict[str, Any] | None | UnsetType, _doc("candidate params")] = UNSET
+    params: Annotated[Any | UnsetType, _doc("candidate params (a JSON object ≤ 16 KiB)", type=["object", "null"])] = UNSET
 
 
 class ListEvents(Args):
@@ -173,9 +176,10 @@ def _get_default_lease(s: Services, c: Caller, a: NoArgs) -> dict[str, Any]:
 
 
 VERBS: dict[str, Verb] = {v.name: v for v in (
-    Verb("list_todos", "This endpoint's todos, newest first (rows, no payload).", ListTodos,
-         lambda s, c, a: {"todos": s.app.list_todos(caller=c, state=a.state, queue=a.queue, limit=a.limit,
-                                                    max_limit=200)}),
+    Verb("list_todos", "This endpoint's todos, newest first (rows, no payload); next_cursor when more follow.",
+         ListTodos,
+         lambda s, c, a: s.app.page_todos(caller=c, state=a.state, queue=a.queue, limit=a.limit, max_limit=200,
+                                          cursor=a.cursor)),
     Verb("get_todo", "One todo in full: payload, routing, result and prior attempts.", GetTodo,
          lambda s, c, a: s.app.get_todo(a.id, caller=c)),
     Verb("claim", "Claims this todo under a lease (one attempt); returns it in full.", Claim,

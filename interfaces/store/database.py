@@ -6,9 +6,14 @@ written by eventsourcing's recorders (see recorders.py), never here.
 
 from __future__ import annotations
 
+import contextlib
+import select
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +21,9 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 import psycopg
-import psycopg_pool
+from psycopg.pq import TransactionStatus
 
-from application.errors import ConfigurationError, StoreUnavailable
+from application.errors import ConfigurationError, StoreUnavailable, first_line
 
 # Every statement is planned for its parameters and for the table as it is now (docs/adr/0013).
 # psycopg prepares a statement on the server after 5 runs, and PostgreSQL may then keep a generic
@@ -28,6 +33,11 @@ from application.errors import ConfigurationError, StoreUnavailable
 # nothing guarantees. Set after connecting, not as a startup option: that would replace the
 # operator's PGOPTIONS, and poolers such as PgBouncer refuse startup options they do not track.
 PLAN_PER_RUN = "SET plan_cache_mode = force_custom_plan"
+
+POOL_WAIT = 1.0
+"""Longest a request waits for a PostgreSQL connection (a free one, or a new one connecting):
+then it is answered 503 `store down` (CONTRACT §12, docs/adr/0014)."""
+DEFAULT_POOL_SIZE = 10
 
 
 def plan_per_run(conn: psycopg.Connection) -> None:
@@ -72,15 +82,135 @@ class DatabaseUrl:
             f"bad database URL {url!r}: expected sqlite:///PATH or postgresql://user[:pw]@host[:port]/db"
         )
 
-    def conninfo(self) -> str:
+    def conninfo(self, *, application_name: str = "switchboard") -> str:
+        """libpq's shortest connect timeout (2 s); the request pool never waits that long for a
+        connect (see `Connections`), the writer may."""
         return psycopg.conninfo.make_conninfo(
             host=self.host, port=self.port, user=self.user, password=self.password or None,
-            dbname=self.dbname, connect_timeout=5,
+            dbname=self.dbname, connect_timeout=2, application_name=application_name,
         )
 
 
 class LockBusy(StoreUnavailable):
     """A lock was not granted within the `lock_timeout_ms` its transaction asked for."""
+
+
+def idle_and_sound(conn: psycopg.Connection) -> bool:
+    """A pooled connection is reusable: open, idle, and nothing waiting on its socket. An idle
+    session is sent nothing unasked, so anything readable is the server's goodbye (a FATAL before
+    it closed: a restart, pg_terminate_backend) or the end of the stream: one poll, no round trip."""
+    if conn.closed or conn.broken or conn.info.transaction_status != TransactionStatus.IDLE:
+        return False
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return False
+    return not readable
+
+
+class Connections:
+    """One process's PostgreSQL connections for requests and reads: at most `size` open at once.
+
+    psycopg_pool waited up to its timeout for a connection during an outage, and after one it
+    reconnected with exponential back-off, so it came back seconds to minutes after the database
+    did. Here a request takes a free slot (waiting `POOL_WAIT` at most), then an idle connection
+    that is still sound, else connects itself: while PostgreSQL refuses, that fails at once
+    (503); the first request after it is back connects again (no back-off, no restart). The
+    connect runs on a helper thread, so even one that hangs (a dropped network) costs the request
+    no more than what is left of `POOL_WAIT`; it finishes in the background and is then closed.
+    """
+
+    def __init__(self, conninfo: str, size: int, configure: Callable[[psycopg.Connection], None] | None = None,
+                 *, wait: float = POOL_WAIT) -> None:
+        if size < 1:
+            raise ConfigurationError(f"a pool needs at least one connection, not {size}")
+        self.size = size
+        self.wait = wait
+        self._conninfo = conninfo
+        self._configure = configure
+        self._slots = threading.BoundedSemaphore(size)
+        self._idle: list[psycopg.Connection] = []
+        self._lock = threading.Lock()
+        self._connector = ThreadPoolExecutor(max_workers=size, thread_name_prefix="switchboard-connect")
+        self._closed = False
+
+    def _connect(self) -> psycopg.Connection:
+        conn = psycopg.connect(self._conninfo, autocommit=True)
+        try:
+            if self._configure is not None:
+                self._configure(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _take(self, deadline: float) -> psycopg.Connection:
+        while True:
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                break
+            if idle_and_sound(conn):
+                return conn
+            with contextlib.suppress(Exception):
+                conn.close()
+        future = self._connector.submit(self._connect)
+        try:
+            return future.result(timeout=max(deadline - time.monotonic(), 0.0))
+        except FutureTimeout:
+            future.add_done_callback(_close_late)
+            raise StoreUnavailable(f"store unavailable: no connection to PostgreSQL within {self.wait:g} s") from None
+        except psycopg.Error as error:
+            raise StoreUnavailable(f"store unavailable: {first_line(error)}") from None
+
+    def _put(self, conn: psycopg.Connection) -> None:
+        if self._closed or conn.closed or conn.broken or conn.info.transaction_status != TransactionStatus.IDLE:
+            with contextlib.suppress(Exception):
+                conn.close()
+            if conn.broken:  # the server went away: the idle ones are likely gone too
+                self.flush()
+            return
+        with self._lock:
+            self._idle.append(conn)
+
+    @contextmanager
+    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection]:
+        """A connection for the block; `StoreUnavailable` when none is free within the wait."""
+        wait = self.wait if timeout is None else min(timeout, self.wait)
+        deadline = time.monotonic() + wait
+        if self._closed:
+            raise StoreUnavailable("store is closed")
+        if not self._slots.acquire(timeout=wait):
+            raise StoreUnavailable(f"store unavailable: no free PostgreSQL connection within {wait:g} s "
+                                   f"(SWITCHBOARD_PG_POOL_SIZE={self.size})")
+        try:
+            conn = self._take(deadline)
+            try:
+                yield conn
+            finally:
+                self._put(conn)
+        finally:
+            self._slots.release()
+
+    def flush(self) -> None:
+        """Closes every idle connection (a new one is made when next needed)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def close(self) -> None:
+        self._closed = True
+        self._connector.shutdown(wait=False, cancel_futures=True)
+        self.flush()
+
+
+def _close_late(future) -> None:
+    """A connect that finished after its request gave up on it."""
+    if not future.cancelled() and future.exception() is None:
+        with contextlib.suppress(Exception):
+            future.result().close()
 
 
 class Tx:
@@ -143,35 +273,26 @@ def run_ops(cursor: Any, ops: Sequence[tuple[str, Sequence[Any]]], placeholder: 
 class Database:
     """Connections for read models: a pool on PostgreSQL, one connection per thread on SQLite."""
 
-    def __init__(self, url: DatabaseUrl, *, pool_size: int = 8) -> None:
+    def __init__(self, url: DatabaseUrl, *, pool_size: int = DEFAULT_POOL_SIZE,
+                 application_name: str = "switchboard") -> None:
         self.url = url
         self.dialect = url.dialect
         self._local = threading.local()
         self._sqlite_conns: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
-        self._pool: psycopg_pool.ConnectionPool | None = None
+        self._pool: Connections | None = None
         if self.dialect == "postgres":
-            self._pool = psycopg_pool.ConnectionPool(
-                url.conninfo(), min_size=1, max_size=pool_size, open=False,
-                kwargs={"autocommit": True}, configure=plan_per_run, timeout=10,
-            )
+            self._pool = Connections(url.conninfo(application_name=application_name), pool_size, plan_per_run)
         else:
             Path(url.path).parent.mkdir(parents=True, exist_ok=True)
 
     def open(self) -> None:
         if self._pool is not None:
             try:
-                psycopg.connect(self.url.conninfo()).close()  # fails fast, unlike a pool
+                psycopg.connect(self.url.conninfo()).close()
             except psycopg.Error as error:
-                first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
                 raise StoreUnavailable(
-                    f"cannot reach PostgreSQL at {self.url.host}:{self.url.port}/{self.url.dbname}: {first}"
-                ) from None
-            try:
-                self._pool.open(wait=True, timeout=5)
-            except psycopg_pool.PoolTimeout:
-                raise StoreUnavailable(
-                    f"cannot reach PostgreSQL at {self.url.host}:{self.url.port}/{self.url.dbname}"
+                    f"cannot reach PostgreSQL at {self.url.host}:{self.url.port}/{self.url.dbname}: {first_line(error)}"
                 ) from None
 
     def _sqlite_conn(self) -> sqlite3.Connection:
@@ -228,11 +349,18 @@ class Database:
             if lock_timeout_ms is not None:  # the store is there; the lock was not, in the time asked
                 raise LockBusy(f"lock not granted in {lock_timeout_ms} ms: {error}") from None
             raise StoreUnavailable(f"store unavailable: {error}") from None
-        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as error:
-            raise StoreUnavailable(f"store unavailable: {error}") from None
+        except psycopg.OperationalError as error:
+            raise StoreUnavailable(f"store unavailable: {first_line(error)}") from None
 
-    def ping(self, timeout: float = 2.0) -> bool:
-        """Whether the database answers within `timeout` seconds (for /healthz)."""
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        """A pooled PostgreSQL connection (autocommit), for eventsourcing's reads (eventstore.py)."""
+        assert self._pool is not None, "PostgreSQL only"
+        with self._pool.connection() as conn:
+            yield conn
+
+    def ping(self, timeout: float = POOL_WAIT) -> bool:
+        """Whether the database answers (for /healthz): a connection within `timeout` seconds."""
         try:
             if self._pool is None:
                 self._sqlite_conn().execute("SELECT 1").fetchall()
@@ -240,7 +368,7 @@ class Database:
                 with self._pool.connection(timeout=timeout) as conn:
                     conn.execute("SELECT 1")
             return True
-        except (sqlite3.Error, psycopg.Error, psycopg_pool.PoolTimeout):
+        except (sqlite3.Error, psycopg.Error, StoreUnavailable):
             return False
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
@@ -251,8 +379,8 @@ class Database:
         try:
             with self._pool.connection() as conn:
                 return Tx(conn.cursor(), "postgres").execute(sql, params)
-        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as error:
-            raise StoreUnavailable(f"store unavailable: {error}") from None
+        except psycopg.OperationalError as error:
+            raise StoreUnavailable(f"store unavailable: {first_line(error)}") from None
 
     def close(self) -> None:
         if self._pool is not None:

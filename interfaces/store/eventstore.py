@@ -16,17 +16,22 @@ import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
+import eventsourcing.persistence as es_persistence
+import psycopg
 from eventsourcing.persistence import IntegrityError, PersistenceError
+from psycopg.rows import dict_row, tuple_row
 from eventsourcing.postgres import PostgresDatastore
 from eventsourcing.sqlite import SQLiteDatastore
 
-from application.errors import RetryLimitExceeded, StoreUnavailable
+from application.errors import CommitOutcomeUnknown, RetryLimitExceeded, StoreUnavailable
 from application.ports import Clock, Recorded, UnitOfWork
 from domain.errors import DomainError
 from domain.events import Aggregate, DomainEvent
@@ -36,7 +41,9 @@ from domain.todo import (
     LeaseExpired, Todo, TodoClaimed, TodoFailed, TodoOpened, TodoReleased, TodoRequeued,
 )
 from interfaces.store.codec import EventCodec
-from interfaces.store.database import Database, DatabaseUrl, LockBusy, Tx, plan_per_run
+from interfaces.store.database import (
+    DEFAULT_POOL_SIZE, POOL_WAIT, Database, DatabaseUrl, LockBusy, Tx, first_line,
+)
 from interfaces.store.recorders import PostgresEventRecorder, SqliteEventRecorder
 from interfaces.store.rings import RINGS_DDL
 from projections.base import Projection, Tracking, micros
@@ -162,16 +169,44 @@ class _Unit:
 
 
 class _Datastore(PostgresDatastore):
-    """eventsourcing's connections (stream and log reads) plan every run too, like ours."""
+    """eventsourcing's reads (streams, the log, table creation) on the process's one request pool
+    (`Database`), so `SWITCHBOARD_PG_POOL_SIZE` bounds them too and they share its outage rules
+    (docs/adr/0014); the library's own psycopg_pool is never opened."""
 
-    def after_connect_func(self) -> Callable[[Any], None]:
-        configure = super().after_connect_func()
+    db: Database
 
-        def after_connect(conn: Any) -> None:  # no reference to self: the pool keeps this function
-            configure(conn)
-            plan_per_run(conn)
+    @contextmanager
+    def get_connection(self) -> Iterator[Any]:
+        try:
+            with self.db.connection() as conn:
+                conn.row_factory = dict_row
+                try:
+                    yield conn
+                finally:
+                    conn.row_factory = tuple_row
+        except StoreUnavailable as error:
+            raise es_persistence.OperationalError(str(error)) from None
+        except psycopg.IntegrityError as error:
+            raise IntegrityError(str(error)) from error
+        except (psycopg.OperationalError, psycopg.InterfaceError) as error:
+            raise es_persistence.OperationalError(str(error)) from error
+        except psycopg.Error as error:
+            raise PersistenceError(str(error)) from error
 
-        return after_connect
+
+def _create(tx: Tx, statement: Any) -> None:
+    """One of the library's DDL statements; a type that exists is kept (CREATE TYPE has no IF NOT
+    EXISTS: the library runs it in a transaction of its own, here a savepoint)."""
+    if "CREATE TYPE" not in statement.as_string():
+        tx.execute(statement)
+        return
+    tx.execute("SAVEPOINT sb_create_type")
+    try:
+        tx.execute(statement)
+    except psycopg.errors.DuplicateObject:
+        tx.execute("ROLLBACK TO SAVEPOINT sb_create_type")
+    else:
+        tx.execute("RELEASE SAVEPOINT sb_create_type")
 
 
 def _use_lz4(tx: Tx, table: str, column: str) -> None:
@@ -189,11 +224,12 @@ def _use_lz4(tx: Tx, table: str, column: str) -> None:
 class SqlEventStore:
     """The EventStore port on SQLite or PostgreSQL."""
 
-    def __init__(self, url: DatabaseUrl, clock: Clock, projections: Sequence[Projection]) -> None:
+    def __init__(self, url: DatabaseUrl, clock: Clock, projections: Sequence[Projection], *,
+                 pool_size: int = DEFAULT_POOL_SIZE, application_name: str = "switchboard") -> None:
         self.url = url
         self.clock = clock
         self.codec = EventCodec()
-        self.db = Database(url)
+        self.db = Database(url, pool_size=pool_size, application_name=application_name)
         self.projections = tuple(projections)
         self.inline = tuple(p for p in self.projections if p.inline)
         self.datastore: Any = None
@@ -208,6 +244,8 @@ class SqlEventStore:
         self._prefetch: dict[tuple[str, tuple[str, ...]], tuple[Future, frozenset[UUID]]] = {}
         self._prefetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="switchboard-prefetch")
         self._closed = False
+        self.down = False
+        """The writer's last commit failed for want of the store (cleared by the next that succeeds)."""
 
     # -- lifecycle
 
@@ -220,22 +258,21 @@ class SqlEventStore:
                 self.datastore = SQLiteDatastore(url.path, lock_timeout=30, pool_size=4, max_overflow=8)
                 self.recorder = SqliteEventRecorder(self.datastore)
             else:
-                # No pool_open_timeout: with one, eventsourcing calls pool.open(wait=True) on
-                # EVERY connection checkout, and psycopg_pool's wait() is not reentrant: while
-                # any connection is busy it blocks until all are idle, a concurrent caller fails
-                # with a bare AssertionError, and a 5 s wait closes the whole pool. Reaching the
-                # server is already checked, with a timeout, by self.db.open() above.
-                # eventsourcing's datastore serves reads (streams, the log); appends go through
-                # the recorder's own one-round-trip connection (recorders.py)
+                # eventsourcing's datastore serves reads (streams, the log) on our pool (never its
+                # own); appends go through the recorder's own one-round-trip connection (recorders.py)
                 self.datastore = _Datastore(
-                    url.dbname, url.host, url.port, url.user, url.password,
-                    pool_size=4, max_overflow=8, connect_timeout=5,
+                    url.dbname, url.host, url.port, url.user, url.password, pool_size=1, max_overflow=0,
                 )
-                self.recorder = PostgresEventRecorder(self.datastore, conninfo=url.conninfo())
+                self.datastore.db = self.db
+                self.recorder = PostgresEventRecorder(self.datastore, url=url)
+                self.recorder.on_unsure = self._store_down
             if self.url.dialect == "postgres":
                 with self.db.transaction() as tx:
                     tx.execute("SELECT pg_advisory_xact_lock(715517)")
-                    self.recorder.create_table()
+                    # the library's create_table() on this transaction's connection, not a second one
+                    # from the pool (a pool of one would wait for itself)
+                    for statement in self.recorder.sql_create_statements:
+                        _create(tx, statement)
                     # lz4 compresses event bodies several times faster than the default pglz. Only
                     # when not yet set, and before any projection DDL: ALTER takes the events table's
                     # strongest lock, and taking it while holding a projection table's lock would
@@ -307,13 +344,35 @@ class SqlEventStore:
                     self._writer.start()
         job = _Job(handler, hints)
         self._jobs.put(job)
-        return job.future.result()
+        started = time.monotonic()
+        while True:
+            try:
+                return job.future.result(timeout=POOL_WAIT / 4)
+            except FutureTimeout:
+                # While the store is down the writer may be busy learning a lost commit's outcome:
+                # a job it has not taken yet is withdrawn after POOL_WAIT (nothing of it was
+                # written: 503). One it has taken gets its true answer, however long that takes.
+                if self.down and time.monotonic() - started >= POOL_WAIT and job.future.cancel():
+                    raise StoreUnavailable("store unavailable: the writer is waiting for the store") from None
+
+    def _store_down(self, error: BaseException | None = None) -> None:
+        if not self.down:
+            self.down = True
+            log.warning("writer: store unavailable (%s); commands are answered 503 until it is back",
+                        first_line(error) if error is not None else "unknown")
+
+    def _store_up(self) -> None:
+        if self.down:
+            self.down = False
+            log.warning("writer: store is back")
 
     def _write_loop(self) -> None:
         while True:
             job = self._jobs.get()
             if job is None:
                 return
+            if not job.future.set_running_or_notify_cancel():
+                continue  # withdrawn by its caller while the store was down
             batch = [job]
             # Those answered by the last commit are about to send their next command: wait a
             # moment for as many, so the batch (and its one commit) stays full under load.
@@ -329,7 +388,8 @@ class SqlEventStore:
                 if more is None:
                     self._jobs.put(None)
                     break
-                batch.append(more)
+                if more.future.set_running_or_notify_cancel():
+                    batch.append(more)
             self._last_batch_size = len(batch)
             try:
                 self._process(batch)
@@ -373,8 +433,14 @@ class SqlEventStore:
                     for job in again:
                         self._run_alone(job)
                 return
+            except CommitOutcomeUnknown as error:
+                self._evict(batch.aggregates)
+                self._prefetch.clear()
+                for job, _ in done:
+                    job.future.set_exception(error)
             except (PersistenceError, StoreUnavailable) as error:
                 self._evict(batch.aggregates)
+                self._store_down(error)
                 failure = StoreUnavailable(f"store unavailable: {error}")
                 for job, _ in done:
                     job.future.set_exception(failure)
@@ -386,6 +452,7 @@ class SqlEventStore:
                 for job, _ in done:
                     self._run_alone(job)
             else:
+                self._store_up()
                 for job, result in done:
                     job.future.set_result(result)
                 self._announce(recorded)
@@ -409,12 +476,14 @@ class SqlEventStore:
                 continue
             except (PersistenceError, StoreUnavailable) as error:
                 self._evict(batch.aggregates)
+                self._store_down(error)
                 job.future.set_exception(StoreUnavailable(f"store unavailable: {error}"))
                 return
             except Exception as error:
                 self._evict(batch.aggregates)
                 job.future.set_exception(error)
                 return
+            self._store_up()
             job.future.set_result(result)
             self._announce(recorded)
             return

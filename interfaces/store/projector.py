@@ -92,8 +92,8 @@ class Projector:
                 for table in projection.tables:
                     tx.execute(f"DELETE FROM {table}")
             after, total = 0, 0
-            while True:
-                recorded = self.store.read_log(after, PAGE * 5)
+            while True:  # on this transaction's connection (a pool of one would wait for itself)
+                recorded = self.store.read_log_in(tx, after, PAGE * 5)
                 if not recorded:
                     break
                 for projection in self.store.projections:

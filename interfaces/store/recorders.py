@@ -13,7 +13,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import contextlib
+import logging
 import threading
+import time
+from uuid import uuid4
 
 import psycopg
 from eventsourcing.persistence import IntegrityError, OperationalError, StoredEvent
@@ -21,8 +24,22 @@ from psycopg.sql import SQL, Identifier
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 
-from interfaces.store.database import plan_per_run, run_ops
+from application.errors import CommitOutcomeUnknown
+from interfaces.store.database import DatabaseUrl, first_line, idle_and_sound, plan_per_run, run_ops
 from projections.base import Op
+
+log = logging.getLogger("switchboard.store")
+
+RESOLVE_FOR = 8.0
+"""How long the writer keeps trying to learn whether a commit whose answer was lost committed
+(the database may be restarting): then the caller is told the outcome is unknown, never 503.
+Under GitHub's 10 s, so a sender hears that rather than timing out."""
+RESOLVE_PAUSE = 0.2
+FENCE_WAIT_MS = 1000
+"""How long PostgreSQL waits for the lost session to end once told to (pg_terminate_backend)."""
+# Errors that come from the server refusing a statement leave the outcome known (nothing was
+# committed); these classes (connection, operator intervention, system, internal) do not.
+_UNSURE_CLASSES = ("08", "57", "58", "XX")
 
 
 class SqliteEventRecorder(SQLiteApplicationRecorder):
@@ -54,10 +71,12 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
     server's (an aborted pipeline skips the Parse of a statement psycopg believes prepared).
     """
 
-    def __init__(self, datastore: Any, *, conninfo: str, **kwargs: Any) -> None:
+    def __init__(self, datastore: Any, *, url: DatabaseUrl, **kwargs: Any) -> None:
         super().__init__(datastore, **kwargs)
-        self._conninfo = conninfo
+        self._url = url
         self._local = threading.local()
+        self.on_unsure: Any = None
+        """Called with the error when a commit's answer was lost and its outcome is looked for."""
         self._insert_arrays = SQL(
             "INSERT INTO {table} (originator_id, originator_version, topic, state)"
             " SELECT * FROM unnest(%b::uuid[], %b::bigint[], %b::text[], %b::bytea[])"
@@ -71,10 +90,15 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
 
     def _connection(self) -> psycopg.Connection:
         conn = getattr(self._local, "conn", None)
-        if conn is None or conn.closed:
-            conn = psycopg.connect(self._conninfo, autocommit=True)
+        if conn is not None and not idle_and_sound(conn):  # e.g. the server restarted since
+            self._discard()
+            conn = None
+        if conn is None:
+            # a name of its own, so that after a lost answer this very session can be found and ended
+            name = f"switchboard-writer-{uuid4().hex[:16]}"
+            conn = psycopg.connect(self._url.conninfo(application_name=name), autocommit=True)
             plan_per_run(conn)
-            self._local.conn = conn
+            self._local.conn, self._local.name = conn, name
         return conn
 
     def _discard(self) -> None:
@@ -93,9 +117,11 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
             [e.originator_id for e in stored_events], [e.originator_version for e in stored_events],
             [e.topic for e in stored_events], [e.state for e in stored_events],
         )
+        sent = False
         try:
             conn = self._connection()
             with conn.cursor() as head, conn.cursor() as inserted, conn.cursor() as extra:
+                sent = True
                 with conn.pipeline():
                     head.execute("BEGIN")
                     head.execute(self._lock)
@@ -112,5 +138,57 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
             self._discard()
             raise IntegrityError(error) from error
         except psycopg.Error as error:
+            unsure = sent and (
+                isinstance(error, psycopg.OperationalError) or conn.broken or conn.closed
+                or error.sqlstate is None or error.sqlstate[:2] in _UNSURE_CLASSES
+            )
+            name = getattr(self._local, "name", "")
             self._discard()
+            if unsure:
+                ids = self._outcome(name, columns, error)
+                if ids is not None:
+                    return ids
             raise OperationalError(error) from error
+
+    def _outcome(self, session: str, columns: tuple[list, ...], error: psycopg.Error) -> list[int] | None:
+        """Whether the append whose answer was lost committed: its notification ids, or None.
+
+        On a fresh connection: end the lost session if it still lives (pg_terminate_backend, and
+        wait for it to go), so its transaction is over — committed or rolled back, never still
+        able to commit — then read back what it wrote. The append is one transaction, so all its
+        events are there, with these exact bytes, or none of ours is (docs/adr/0014).
+        """
+        if self.on_unsure is not None:
+            self.on_unsure(error)
+        deadline = time.monotonic() + RESOLVE_FOR
+        while True:
+            try:
+                with psycopg.connect(self._url.conninfo(application_name="switchboard-resolver"),
+                                     autocommit=True) as conn:
+                    if session:
+                        ended = conn.execute(
+                            "SELECT pg_terminate_backend(pid, %s) FROM pg_stat_activity"
+                            " WHERE application_name = %s AND pid <> pg_backend_pid()",
+                            (FENCE_WAIT_MS, session),
+                        ).fetchall()
+                        if not all(row[0] for row in ended):
+                            raise psycopg.OperationalError("the lost session has not ended yet")
+                    rows = conn.execute(
+                        SQL("SELECT k.n, e.notification_id, e.topic = k.topic AND e.state = k.state"
+                            " FROM unnest(%b::uuid[], %b::bigint[], %b::text[], %b::bytea[])"
+                            " WITH ORDINALITY AS k(id, version, topic, state, n)"
+                            " JOIN {table} e ON e.originator_id = k.id AND e.originator_version = k.version"
+                            " ORDER BY k.n").format(table=Identifier(self.events_table_name)),
+                        columns,
+                    ).fetchall()
+                break
+            except psycopg.Error as retry:
+                if time.monotonic() >= deadline:
+                    log.info("writer: could not learn whether a commit committed: %s", first_line(retry))
+                    raise CommitOutcomeUnknown(
+                        "store down: whether this was stored is unknown (retrying it is safe)"
+                    ) from None
+                time.sleep(RESOLVE_PAUSE)
+        ours = len(rows) == len(columns[0]) and all(same for _, _, same in rows)
+        log.info("writer: a commit whose answer was lost %s", "had committed" if ours else "had not committed")
+        return [position for _, position, _ in rows] if ours else None

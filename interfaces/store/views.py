@@ -46,10 +46,18 @@ class SqlViews:
     def list_todos(self, *, endpoint_ids: Sequence[str] | None, state: str | None, queue: str | None,
                    limit: int, hide_queues: Sequence[str] = (), dead_letter: bool | None = None,
                    ) -> list[dict[str, Any]]:
+        return self.page_todos(endpoint_ids=endpoint_ids, state=state, queue=queue, limit=limit,
+                               hide_queues=hide_queues, dead_letter=dead_letter)[0]
+
+    def page_todos(self, *, endpoint_ids: Sequence[str] | None, state: str | None, queue: str | None,
+                   limit: int, hide_queues: Sequence[str] = (), dead_letter: bool | None = None,
+                   after: tuple[int, str] | None = None) -> tuple[list[dict[str, Any]], tuple[int, str] | None]:
+        """Rows newest first, after the (created_at, todo_id) of a previous page's last row, and
+        that key for this page's last row when more rows follow (else None)."""
         where, params = [], []
         if endpoint_ids is not None:
             if not endpoint_ids:
-                return []
+                return [], None
             where.append(f"endpoint_id IN ({', '.join(['%s'] * len(endpoint_ids))})")
             params.extend(endpoint_ids)
         if state is not None:
@@ -64,12 +72,18 @@ class SqlViews:
         if dead_letter is not None:
             where.append("dead_letter = %s")
             params.append(int(dead_letter))
+        if after is not None:
+            where.append("(created_at < %s OR (created_at = %s AND todo_id < %s))")
+            params.extend((after[0], after[0], after[1]))
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         rows = self.db.query(
             f"SELECT {', '.join(COLUMNS)} FROM sb_todo_rows{clause} ORDER BY created_at DESC, todo_id DESC LIMIT %s",
-            (*params, limit),
+            (*params, limit + 1),
         )
-        return [_row(r) for r in rows]
+        more = len(rows) > limit
+        rows = rows[:limit]
+        last = dict(zip(COLUMNS, rows[-1])) if more and rows else None
+        return [_row(r) for r in rows], ((last["created_at"], last["todo_id"]) if last else None)
 
     def queue_counts(self, endpoint_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Per queue and state: how many, and the oldest pending todo's creation time."""
@@ -170,26 +184,27 @@ class SqlViews:
         """Delivery summaries newest first, and the cursor of the next page (or None)."""
         where, params = [], []
         if webhook_id is not None:
-            where.append("webhook_id = %s")
+            where.append("d.webhook_id = %s")
             params.append(webhook_id)
         if endpoint_ids is not None:
             if not endpoint_ids:
                 return [], None
-            where.append(f"endpoint_id IN ({', '.join(['%s'] * len(endpoint_ids))})")
+            where.append(f"d.endpoint_id IN ({', '.join(['%s'] * len(endpoint_ids))})")
             params.extend(endpoint_ids)
         if before is not None:
-            where.append("position < %s")
+            where.append("d.position < %s")
             params.append(before)
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         rows = self.db.query(
-            "SELECT event_id, webhook_id, endpoint_id, source, kind, trust_mode, verified, disposition, size,"
-            f" todo_count, received_at, position, routing FROM sb_deliveries{clause}"
-            " ORDER BY position DESC LIMIT %s", (*params, limit + 1),
+            "SELECT d.event_id, d.webhook_id, d.endpoint_id, d.source, d.kind, d.trust_mode, d.verified,"
+            " d.disposition, d.size, d.todo_count, d.received_at, d.position, d.routing, i.delivery_id"
+            f" FROM sb_deliveries d LEFT JOIN sb_delivery_ids i ON i.event_id = d.event_id{clause}"
+            " ORDER BY d.position DESC LIMIT %s", (*params, limit + 1),
         )
         more = len(rows) > limit
         rows = rows[:limit]
         summaries = [
-            {"id": r[0], "webhook_id": r[1], "endpoint_id": r[2], "source": r[3], "kind": r[4],
+            {"id": r[0], "delivery_id": r[13], "webhook_id": r[1], "endpoint_id": r[2], "source": r[3], "kind": r[4],
              "trust_mode": r[5], "verified": bool(r[6]), "disposition": r[7], "size": r[8],
              "todos_created": r[9], "received_at": iso(from_micros(r[10])), "routing": json.loads(r[12])}
             for r in rows

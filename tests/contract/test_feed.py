@@ -23,7 +23,7 @@ def todo_positions(sb, owner: str | None = None) -> list[tuple[int, str, str]]:
             todo_endpoint[record["aggregate"]] = record["data"]["endpoint_id"]
         if record["aggregate"] in todo_endpoint and record["type"].startswith(("Todo", "Lease")):
             if visible is None or todo_endpoint[record["aggregate"]] in visible:
-                rows.append((record["position"], "td_" + record["aggregate"], record["type"]))
+                rows.append((record["position"], record["aggregate"], record["type"]))
     return rows
 
 

@@ -79,7 +79,7 @@ def test_history_agrees_with_the_audit_log(sb):
     sb.app.complete(first, caller=agent(vended))
 
     history = sb.app.history(first, caller=CLI)["events"]
-    audit = [r for r in sb.app.audit() if "td_" + r["aggregate"] == first]
+    audit = [r for r in sb.app.audit() if r["aggregate"] == first]
 
     assert [(e["position"], e["version"], e["type"], e["time"]) for e in history] == [
         (r["position"], r["version"], r["type"], r["time"]) for r in audit

@@ -153,3 +153,35 @@ def test_rows_keep_times_to_the_microsecond(sb):
     assert (row["created_at"], row["lease_expires_at"]) == (full["created_at"], full["lease_expires_at"])
     assert row["created_at"] == "2026-01-01T00:00:00.123457Z"
     assert row["lease_expires_at"] == "2026-01-01T00:00:11.623458Z"
+
+
+def test_a_long_listing_continues_by_cursor_and_never_stops_silently(sb):
+    """121 todos, many at the same instant: pages of 50 carry next_cursor until the last one."""
+    vended = sb.vend("pager")
+    pushed = []
+    for n in range(121):
+        pushed.append(sb.push(vended, f"todo {n}")["id"])
+        if n % 40 == 39:
+            sb.tick()  # runs of todos opened at the same microsecond: the id breaks the tie
+    expected = ids(sb.app.list_todos(caller=CLI, endpoint=vended["slug"], limit=1000))
+    assert sorted(expected) == sorted(pushed)
+
+    pages, cursor = [], None
+    while True:
+        page = sb.app.page_todos(caller=CLI, endpoint=vended["slug"], cursor=cursor)
+        pages.append(ids(page["todos"]))
+        cursor = page.get("next_cursor")
+        if cursor is None:
+            break
+    assert [len(p) for p in pages] == [50, 50, 21]
+    assert [todo_id for p in pages for todo_id in p] == expected
+
+    exact = sb.app.page_todos(caller=CLI, endpoint=vended["slug"], limit=121)
+    assert len(exact["todos"]) == 121 and "next_cursor" not in exact  # no more rows: no cursor
+    # the agent's own listing pages the same way (MCP list_todos)
+    mine = sb.app.page_todos(caller=agent(vended), limit=120)
+    assert len(mine["todos"]) == 120
+    assert ids(sb.app.page_todos(caller=agent(vended), cursor=mine["next_cursor"])["todos"]) == expected[120:]
+    for bad in ("", "nonsense", "12.td_xyz", f"{2**63}.{pushed[0]}", "1.2.3"):
+        with pytest.raises(InvalidArgument):
+            sb.app.page_todos(caller=CLI, cursor=bad)

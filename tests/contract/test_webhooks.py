@@ -13,6 +13,7 @@ from typing import Any
 
 
 from application.service import Caller
+from application.webhooks import DEFAULT_REPLAY_LAST
 from domain.errors import NotFound
 from domain.ingest import SignatureRefused
 from domain.webhook import Webhook
@@ -537,8 +538,10 @@ def test_a_faulting_rule_quarantines_one_todo_on_the_owner(sb):
     assert answer["faulted"] is True and "dropped" not in answer
     assert [(t["endpoint_id"], t["queue"]) for t in answer["todos"]] == [(owner["endpoint_id"], "quarantine")]
     trace = sb.app.get_todo(answer["id"], caller=CLI)["routing"]
-    assert trace == {"stage": "fault", "rule_index": 0, "rule_id": "boom", "action": {"queue": "quarantine"}}
-    assert hooks(sb).get_event(answer["event_id"], caller=me(owner))["disposition"] == "faulted"
+    assert trace == {"stage": "fault", "rule_index": 0, "rule_id": "boom", "reason": "error",
+                     "detail": "design for failure.", "action": {"queue": "quarantine"}}
+    stored = hooks(sb).get_event(answer["event_id"], caller=me(owner))
+    assert stored["disposition"] == "faulted" and stored["routing"] == trace
     assert sb.app.list_todos(caller=agent(owner)) == []
     assert code_of(lambda: sb.app.get_todo(answer["id"], caller=agent(owner))) == "not_found"
     assert [r["id"] for r in sb.app.list_todos(caller=CLI, queue="quarantine", endpoint=owner["slug"])] \
@@ -802,7 +805,7 @@ def test_set_rules_refusals_name_their_code_and_change_nothing(sb):
     for code, document in [*cases.items(), *more]:
         got, message = refusal(lambda: hooks(sb).set_rules(hook["webhook_id"], document, caller=me(owner)))
         assert got == code, (code, document, message)
-    assert "rule 1 (broken)" in refusal(lambda: hooks(sb).set_rules(
+    assert "rule #2 (broken)" in refusal(lambda: hooks(sb).set_rules(
         hook["webhook_id"], cases["invalid_expression"], caller=me(owner)))[1]
 
     # a save is dry-run over recent deliveries: a rule that faults on one is refused, naming both
@@ -812,7 +815,7 @@ def test_set_rules_refusals_name_their_code_and_change_nothing(sb):
         rule("faulty", ".payload.zen | ascii_downcase | error", {"drop": True}),
     ]}, caller=me(owner)))
     assert code == "invalid_argument"
-    assert "rule 1 (faulty)" in message and delivered["event_id"] in message
+    assert "rule #2 (faulty)" in message and delivered["event_id"] in message
 
     assert hooks(sb).rules(hook["webhook_id"], caller=me(owner)) == before
 
@@ -927,6 +930,15 @@ def test_replay_counts_decisions_and_shows_what_changes(sb):
     assert changed[events[2]]["after"] == {"drop": False, "queue": "quarantine",
                                            "endpoints": [owner["endpoint_id"]], "faulted": True}
     assert changed[events[5]]["after"]["queue"] == queues[1]
+    # each changed delivery is named by kind and the title its todo got
+    assert [(c["kind"], c["title"]) for c in replayed["changed"]] == [
+        ("pull_request", "pull_request opened: octo-org/octo-repo#7 Retry uploads with exponential backoff"),
+        ("push", "push: octo-org/octo-repo refs/heads/main (3 commits) — Release notes for 1.4.1"),
+        ("ping", "ping: octo-org/octo-repo"),
+        ("push", "push: octo-org/octo-repo refs/heads/main (3 commits) — Release notes for 1.4.1"),
+    ]
+    titles = {row["id"]: row["title"] for row in sb.container.app.list_todos(caller=CLI, limit=50)}
+    assert changed[events[5]]["title"] in titles.values()
 
     last_two = hooks(sb).replay(wid, candidate, caller=me(owner), last=2)
     assert last_two["evaluated"] == 2
@@ -949,12 +961,27 @@ def test_replay_shows_at_most_100_changes(sb):
         generic(sb, hook, {"n": i})
 
     replayed = hooks(sb).replay(hook["webhook_id"], {"rules": [rule("all", "true", {"drop": True})]},
-                                caller=me(owner))
+                                caller=me(owner), last=103)
 
     assert replayed["evaluated"] == 103
     assert replayed["decisions"] == {"drop": 103}
     assert len(replayed["changed"]) == 100
     assert len({c["event_id"] for c in replayed["changed"]}) == 100
+    assert replayed["changed"][0]["title"] == "webhook delivery" and replayed["changed"][0]["kind"] is None
+
+
+def test_replay_reads_the_latest_100_deliveries_unless_told_otherwise(sb):
+    owner = sb.vend("defaults")
+    hook = create(sb, owner, "generic")
+    for i in range(DEFAULT_REPLAY_LAST + 3):
+        generic(sb, hook, {"title": f"n{i}"})
+    candidate = {"rules": [rule("all", "true", {"drop": True})]}
+
+    assert DEFAULT_REPLAY_LAST == 100
+    assert hooks(sb).replay(hook["webhook_id"], candidate, caller=me(owner))["evaluated"] == 100
+    newest = hooks(sb).replay(hook["webhook_id"], candidate, caller=me(owner), last=1)["changed"]
+    assert [c["title"] for c in newest] == [f"webhook: n{DEFAULT_REPLAY_LAST + 2}"]
+    assert hooks(sb).replay(hook["webhook_id"], candidate, caller=me(owner), last=500)["evaluated"] == 103
 
 
 # --- projections -------------------------------------------------------------------------------------
@@ -989,3 +1016,29 @@ def test_projections_verify_clean_after_a_webhook_workload(sb):
     assert (service.list(caller=CLI), service.list_events(caller=CLI, limit=200)) == before
     assert github(sb, rotated)["created"] == 2
     assert code_of(lambda: generic(sb, doomed, {"title": "gone"})) == "not_found"
+
+
+def test_a_delivery_too_large_to_read_within_the_budget_is_held_and_its_trace_says_so(sb, monkeypatch):
+    """As a 5 MiB payload with trivial rules was: held, with `reason: too_large` (not a bare fault),
+    on the todo, on the stored delivery, and in a dry run of it."""
+    owner = sb.vend("large")
+    hook = create(sb, owner, "generic")
+    hooks(sb).set_rules(hook["webhook_id"], {"rules": [rule("trivial", '.kind == "push"', {"drop": True})]},
+                        caller=me(owner))
+    # a budget this machine cannot read 2 MiB of JSON in, whatever its speed (5 MiB took 130-400 ms
+    # at the default 250 ms); small deliveries still route within it
+    monkeypatch.setattr(hooks(sb).engine, "delivery_budget", 0.01)
+    big = {"title": "big", "items": [{"n": i, "text": "x" * 200} for i in range(10_000)]}
+    assert len(json.dumps(big)) > 2 * 1024 * 1024
+
+    answer = generic(sb, hook, big)
+    small = generic(sb, hook, {"title": "small"})
+
+    assert answer["faulted"] is True and answer["queue"] == "quarantine"
+    trace = sb.app.get_todo(answer["id"], caller=CLI)["routing"]
+    assert trace["stage"] == "fault" and trace["reason"] == "too_large" and "rule_index" not in trace
+    assert re.fullmatch(r"the [\d,]+-byte envelope could not be read within the 10 ms delivery budget", trace["detail"])
+    assert hooks(sb).get_event(answer["event_id"], caller=me(owner))["routing"] == trace
+    tested = hooks(sb).test_rules(hook["webhook_id"], caller=me(owner), event_id=answer["event_id"])
+    assert tested["trace"]["reason"] == "too_large" and tested["decision"]["faulted"] is True
+    assert "faulted" not in small and small["queue"] == owner["queues"][0]

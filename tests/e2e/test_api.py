@@ -228,6 +228,13 @@ def test_list_todos_filters_newest_first_and_limit_bounds(api):
     assert ids(ok(api.get("/todos", params=mine | {"queue": "other"}))["todos"]) == [second["id"]]
     assert ids(ok(api.get("/todos", params=mine | {"queue": "inbox", "state": "pending"}))["todos"]) == [first["id"]]
     assert ids(ok(api.get("/todos", params=mine | {"limit": 1}))["todos"]) == [third["id"]]
+    # a page that does not hold every row says so with next_cursor; ?cursor= continues after it
+    page = ok(api.get("/todos", params=mine | {"limit": 2}))
+    assert ids(page["todos"]) == [third["id"], second["id"]]
+    rest = ok(api.get("/todos", params=mine | {"limit": 2, "cursor": page["next_cursor"]}))
+    assert ids(rest["todos"]) == [first["id"]] and "next_cursor" not in rest
+    refused(api.get("/todos", params=mine | {"cursor": "nonsense"}), 400, "invalid_argument")
+    assert "next_cursor" not in ok(api.get("/todos", params=mine | {"limit": 3}))
     assert len(ok(api.get("/todos", params=mine | {"limit": 1000}))["todos"]) == 3
     assert ok(api.get("/todos", params=mine | {"queue": "quarantine"}))["todos"] == []  # operators may look
     everything = ids(ok(api.get("/todos", params={"limit": 1000}))["todos"])
@@ -385,7 +392,8 @@ def test_a_quarantined_todo_moves_to_a_queue_of_its_endpoint(api, boom_hook):
     assert todo_id in ids(listed["todos"])
     held = todo(api, todo_id)
     assert (held["queue"], held["state"]) == ("quarantine", "pending")
-    assert held["routing"] == {"stage": "fault", "rule_index": 0, "rule_id": "boom", "action": {"queue": "quarantine"}}
+    assert held["routing"] == {"stage": "fault", "rule_index": 0, "rule_id": "boom", "reason": "error",
+                               "detail": "boom", "action": {"queue": "quarantine"}}
 
     path = f"/todos/{todo_id}/move"
     refused(api.post(path, {"queue": "elsewhere"}), 403, "forbidden")  # not one of the endpoint's queues
@@ -669,6 +677,8 @@ def _rule(rule_id: str, expr: str = "true", action: dict | None = None) -> dict:
     pytest.param({"rules": [_rule("x", expr="$ENV.HOME")]}, 400, "forbidden_function", id="forbidden_function"),
     pytest.param({"rules": [_rule("x", expr="input")]}, 400, "forbidden_function", id="input"),
     pytest.param({"rules": [], "params": {"big": "x" * 17_000}}, 400, "invalid_params", id="invalid_params"),
+    pytest.param({"rules": [], "params": "nope"}, 400, "invalid_params", id="params-a-string"),
+    pytest.param({"rules": [], "params": [1, 2]}, 400, "invalid_params", id="params-a-list"),
     pytest.param({"rules": [_rule("x", action={"queue": "elsewhere"})]}, 403, "forbidden", id="forbidden-queue"),
     pytest.param({"rules": [_rule("x", action={"queue": "other", "endpoints": [f"ep_{'0' * 32}"]})]}, 403,
                  "forbidden", id="forbidden-endpoint"),
@@ -683,7 +693,7 @@ def test_every_refused_rule_save_keeps_the_saved_rules(api, document, status, co
     saved = ok(api.put(path, {"rules": [_rule("keep", '.payload.keep == true')], "params": {"p": 1}}))
     message = refused(api.put(path, document), status, code)
     if code not in ("invalid_argument", "invalid_params", "too_many_rules", "validation_failed"):
-        assert "rule 0" in message or "rule 1" in message, message  # the error names the rule
+        assert "rule #1" in message or "rule #2" in message, message  # the error names the rule
     assert ok(api.get(path)) == saved
 
 
@@ -694,7 +704,7 @@ def test_a_rule_save_that_faults_on_a_stored_delivery_is_refused(api):
     saved = ok(api.put(path, {"rules": [_rule("keep", ".payload.keep == true")]}))
     event_id = deliver(hook, {"boom": True})["event_id"]
     message = refused(api.put(path, BOOM_RULES), 400, "invalid_argument")
-    assert "rule 0 (boom)" in message and event_id in message, message
+    assert "rule #1 (boom)" in message and event_id in message, message
     assert ok(api.get(path)) == saved
 
 
@@ -718,10 +728,18 @@ def test_rules_test_takes_exactly_one_of_payload_or_event_id(api):
     assert stored["decision"]["queue"] == "other"
     assert stored["envelope"]["headers"]["authorization"] == REDACTED
 
+    # the candidate at the top level, as `rules set --file` reads it and as replay takes it
     candidate = {"rules": [_rule("all", "true", {"drop": True})]}
-    assert ok(api.post(path, {"event_id": event_id, "rules": candidate}))["decision"]["drop"] is True
-    assert ok(api.post(path, {"payload": {}, "rules": {"rules": [], "default_action": {"queue": "inbox"}}}))[
+    assert ok(api.post(path, {"event_id": event_id, **candidate}))["decision"]["drop"] is True
+    assert ok(api.post(path, {"payload": {}, "rules": [], "default_action": {"queue": "inbox"}}))[
         "trace"] == {"stage": "default", "action": {"queue": "inbox"}}
+    params_rule = [_rule("flagged", "$params.flag == true", {"drop": True})]
+    assert ok(api.post(path, {"payload": {}, "rules": params_rule, "params": {"flag": True}}))["decision"]["drop"]
+    assert not ok(api.post(path, {"payload": {}, "rules": params_rule}))["decision"]["drop"]
+    # the older nested form still works
+    assert ok(api.post(path, {"event_id": event_id, "rules": candidate}))["decision"]["drop"] is True
+    for params in ("nope", [1], {"big": "x" * 17_000}):
+        refused(api.post(path, {"payload": {}, "rules": [], "params": params}), 400, "invalid_params")
 
     refused(api.post(path, {}), 400, "invalid_argument")
     refused(api.post(path, {"payload": {}, "event_id": event_id}), 400, "invalid_argument")
@@ -741,12 +759,16 @@ def test_rules_replay_compares_candidate_with_saved_rules(api):
     path = f"/webhooks/{hook['webhook_id']}/rules/replay"
     events = [deliver(hook, {"n": n})["event_id"] for n in range(3)]
     candidate = {"rules": [_rule("two", ".payload.n == 2", {"drop": True})]}
-    replayed = ok(api.post(path, {"rules": candidate}))
+    replayed = ok(api.post(path, candidate))  # the dry run's shape: the candidate at the top level
+    assert ok(api.post(path, {"rules": candidate})) == replayed  # the older nested form still works
     assert replayed["evaluated"] == 3
     assert replayed["decisions"] == {"queue:inbox": 2, "drop": 1}
     assert [c["event_id"] for c in replayed["changed"]] == [events[2]]
     assert replayed["changed"][0]["before"]["queue"] == "inbox" and replayed["changed"][0]["after"]["drop"] is True
-    assert ok(api.post(path, {"rules": candidate, "last": 2}))["evaluated"] == 2
+    assert (replayed["changed"][0]["kind"], replayed["changed"][0]["title"]) == (None, "webhook delivery")
+    assert ok(api.post(path, {**candidate, "last": 2}))["evaluated"] == 2
+    assert ok(api.post(path, {**candidate, "default_action": {"drop": True}}))["decisions"] == {"drop": 3}
+    refused(api.post(path, {**candidate, "params": "nope"}), 400, "invalid_params")
     assert ok(api.post(path, {"rules": {"rules": []}, "last": 100_000}))["changed"] == []
 
     for last in (0, -1, 100_001):
@@ -763,11 +785,15 @@ def test_rules_replay_compares_candidate_with_saved_rules(api):
 def test_events_list_and_get(api):
     endpoint = vend(api)
     hook = webhook(api, endpoint)
-    first = deliver(hook, {"title": "one"}, headers={"authorization": "Bearer secret", "x-delivery-id": unique("d")})
+    first_delivery_id = unique("d")
+    first = deliver(hook, {"title": "one"}, headers={"authorization": "Bearer secret", "x-delivery-id": first_delivery_id})
     second = deliver(hook, {"title": "two"})
 
     listed = ok(api.get("/events", params={"webhook": hook["webhook_id"]}))
     assert [e["id"] for e in listed["events"]] == [second["event_id"], first["event_id"]]
+    # the sender's delivery id, to match its "recent deliveries" (here X-Delivery-Id, else the body's hash)
+    assert listed["events"][1]["delivery_id"] == first_delivery_id
+    assert listed["events"][0]["delivery_id"].startswith("sha256:")
     assert "next_cursor" not in listed
     for row in listed["events"]:
         assert "payload" not in row and "headers" not in row and "body" not in row
@@ -782,6 +808,7 @@ def test_events_list_and_get(api):
 
     detail = ok(api.get(f"/events/{first['event_id']}"))
     assert EVENT_ID.match(detail["id"]) and detail["id"] == first["event_id"]
+    assert detail["delivery_id"] == first_delivery_id
     assert detail["payload"] == {"title": "one"} and detail["headers"]["authorization"] == REDACTED
     assert detail["webhook_id"] == hook["webhook_id"] and detail["endpoint_id"] == endpoint["endpoint_id"]
     assert [t["id"] for t in detail["todos"]] == [first["id"]] and TODO_ID.match(first["id"])

@@ -106,7 +106,8 @@ def test_pathological_rule_quarantines_while_healthz_stays_fast(stack, expr, tmp
     poller.stop.set()
     poller.join(timeout=5)
 
-    trace = {"stage": "fault", "rule_index": 0, "rule_id": "slow", "action": {"queue": "quarantine"}}
+    trace = {"stage": "fault", "rule_index": 0, "rule_id": "slow", "reason": "timeout",
+             "detail": "rule #1 did not finish within its time budget", "action": {"queue": "quarantine"}}
     for response in responses:
         answer = assert_accepted(response, trust_mode="token", verified=False, queue="quarantine", created=1,
                                  endpoint_ids=[owner["endpoint_id"]])  # the owner only, never the route
@@ -132,7 +133,7 @@ def test_pathological_rule_quarantines_while_healthz_stays_fast(stack, expr, tmp
     # now that deliveries are stored, the same rules are refused by the save-time dry run
     refused = stack.cli.run("rules", "set", hook["webhook_id"], "--file", _write(tmp_path, rules))
     message = refused.refused("invalid_argument")
-    assert "rule 0 (slow)" in message
+    assert "rule #1 (slow)" in message
     assert any(r.json()["event_id"] in message for r in responses), message
 
 
@@ -148,7 +149,7 @@ def _ok_rules(*extra: dict) -> dict:
 
 
 # through `switchboard rules set` (every code); the other cases through the application layer
-CLI_CASES = {"33 rules", "unknown action key", "does not compile", "$ENV", "params not an object",
+CLI_CASES = {"33 rules", "unknown action key", "does not compile", "$ENV", "params not an object", "params a string",
              "queue outside the grant", "endpoint not a target", "faults on a stored delivery"}
 
 
@@ -157,40 +158,41 @@ def _refusals(other_endpoint_id: str) -> list[tuple[str, str, dict, tuple[str, .
     return [
         ("33 rules", "too_many_rules", {"rules": [_rule(f"r{i}") for i in range(33)]}, ("33 rules",)),
         ("unknown action key", "invalid_rule",
-         _ok_rules(_rule("bad-action", action={"queue": "triage", "priority": 1})), ("rule 1 (bad-action)",)),
+         _ok_rules(_rule("bad-action", action={"queue": "triage", "priority": 1})), ("rule #2 (bad-action)",)),
         ("does not compile", "invalid_expression", _ok_rules(_rule("broken", ".payload | ((")),
-         ("rule 1 (broken)",)),
-        ("$ENV", "forbidden_function", _ok_rules(_rule("peek", "$ENV.HOME != null")), ("rule 1 (peek)", "$ENV")),
+         ("rule #2 (broken)",)),
+        ("$ENV", "forbidden_function", _ok_rules(_rule("peek", "$ENV.HOME != null")), ("rule #2 (peek)", "$ENV")),
         ("params not an object", "invalid_params", {**_ok_rules(), "params": [1, 2]}, ("params",)),
+        ("params a string", "invalid_params", {**_ok_rules(), "params": "nope"}, ("params must be a JSON object",)),
         ("queue outside the grant", "forbidden", _ok_rules(_rule("elsewhere", action={"queue": "payroll"})),
-         ("rule 1 (elsewhere)", "payroll")),
+         ("rule #2 (elsewhere)", "payroll")),
         ("faults on a stored delivery", "invalid_argument",
          _ok_rules(_rule("explodes", 'if .kind == "issues" then error("boom") else false end')),
-         ("rule 1 (explodes)", "boom")),
+         ("rule #2 (explodes)", "boom")),
         # more of each
         ("quarantine as a queue", "invalid_rule",
-         _ok_rules(_rule("to-quarantine", action={"queue": "quarantine"})), ("rule 1 (to-quarantine)",)),
-        ("duplicate id", "invalid_rule", _ok_rules(_rule("first")), ("rule 1 (first)", "duplicate")),
-        ("bad id", "invalid_rule", _ok_rules(_rule("has space")), ("rule 1",)),
-        ("no action", "invalid_rule", _ok_rules({"id": "no-action", "expr": "true"}), ("rule 1 (no-action)",)),
+         _ok_rules(_rule("to-quarantine", action={"queue": "quarantine"})), ("rule #2 (to-quarantine)",)),
+        ("duplicate id", "invalid_rule", _ok_rules(_rule("first")), ("rule #2 (first)", "duplicate")),
+        ("bad id", "invalid_rule", _ok_rules(_rule("has space")), ("rule #2",)),
+        ("no action", "invalid_rule", _ok_rules({"id": "no-action", "expr": "true"}), ("rule #2 (no-action)",)),
         ("drop false", "invalid_rule", _ok_rules(_rule("half-drop", action={"drop": False})),
-         ("rule 1 (half-drop)",)),
-        ("expr too long", "invalid_rule", _ok_rules(_rule("long", "true or " * 600 + "true")), ("rule 1 (long)",)),
-        ("env", "forbidden_function", _ok_rules(_rule("peek", "env | length > 0")), ("rule 1 (peek)", "env")),
+         ("rule #2 (half-drop)",)),
+        ("expr too long", "invalid_rule", _ok_rules(_rule("long", "true or " * 600 + "true")), ("rule #2 (long)",)),
+        ("env", "forbidden_function", _ok_rules(_rule("peek", "env | length > 0")), ("rule #2 (peek)", "env")),
         ("input", "forbidden_function", _ok_rules(_rule("more", "[., input] | length > 1")),
-         ("rule 1 (more)", "input")),
+         ("rule #2 (more)", "input")),
         ("debug in a string", "forbidden_function", _ok_rules(_rule("chatty", '"\\(debug)" | length > 0')),
-         ("rule 1 (chatty)", "debug")),
+         ("rule #2 (chatty)", "debug")),
         ("params too large", "invalid_params", {**_ok_rules(), "params": {"blob": "x" * (16 * 1024)}},
          ("params",)),
         ("default action outside the grant", "forbidden", {**_ok_rules(), "default_action": {"queue": "payroll"}},
          ("default action",)),
         ("endpoint not a target", "forbidden",
          _ok_rules(_rule("sideways", action={"queue": "triage", "endpoints": [other_endpoint_id]})),
-         ("rule 1 (sideways)", other_endpoint_id)),
+         ("rule #2 (sideways)", other_endpoint_id)),
         ("unknown document field", "invalid_argument", {**_ok_rules(), "priority": 1}, ("priority",)),
         ("times out on a stored delivery", "invalid_argument",
-         _ok_rules(_rule("spins", "[range(1e9)] | length > 0")), ("rule 1 (spins)", "timeout")),
+         _ok_rules(_rule("spins", "[range(1e9)] | length > 0")), ("rule #2 (spins)", "timeout")),
     ]
 
 
@@ -275,7 +277,8 @@ def test_rules_test_and_replay(stack, owner, tmp_path):
     faulting = faulting.json()
     assert faulting["decision"] == {"drop": False, "queue": "quarantine", "endpoints": [owner["endpoint_id"]],
                                     "faulted": True}
-    assert faulting["trace"] == {"stage": "fault", "rule_index": 0, "rule_id": "bad", "action": {"queue": "quarantine"}}
+    assert faulting["trace"] == {"stage": "fault", "rule_index": 0, "rule_id": "bad", "reason": "error",
+                                 "detail": "nope", "action": {"queue": "quarantine"}}
     neither.usage()
     both.usage()
     assert stack.events_of(hook) == []  # a dry run stores nothing
@@ -305,9 +308,11 @@ def test_rules_test_and_replay(stack, owner, tmp_path):
     assert by_event["decision"]["drop"] is True and by_event["trace"]["rule_id"] == "drop-pings"
     assert by_event["envelope"]["kind"] == "ping" and by_event["envelope"]["headers"]["x-hub-signature-256"] == REDACTED
     assert by_event_candidate.json()["decision"]["queue"] == "triage"
-    assert json.loads(by_event_text.ok().stdout) == {
-        "decision": {"drop": True, "queue": None, "endpoints": [], "faulted": False},
-        "trace": {"stage": "rule", "rule_index": 0, "rule_id": "drop-pings", "action": {"drop": True}}}
+    # text: the rule numbered from 1, as people count (the trace's rule_index counts from 0)
+    lines = by_event_text.ok().stdout.splitlines()
+    assert lines[:2] == ["decision: drop", "matched: rule #1 (drop-pings)"]
+    assert json.loads(lines[2].removeprefix("trace: ")) == {
+        "stage": "rule", "rule_index": 0, "rule_id": "drop-pings", "action": {"drop": True}}
     unknown_event.refused("not_found")
 
     # replay over the last 4: push, ping, labeled, PR (newest first)
@@ -321,13 +326,16 @@ def test_rules_test_and_replay(stack, owner, tmp_path):
     assert ping_change["after"] == {"drop": False, "queue": "triage", "endpoints": [owner["endpoint_id"]],
                                     "faulted": False}
     assert pr_change["before"]["queue"] == "reviews" and pr_change["after"]["queue"] == "triage"
-    everything = everything.json()  # the default: the last 1000
+    assert (ping_change["kind"], ping_change["title"]) == ("ping", "ping: octo-org/octo-repo")
+    assert pr_change["kind"] == "pull_request" and pr_change["title"].startswith("pull_request opened: octo-org/")
+    everything = everything.json()  # the default: the last 100
     assert everything["evaluated"] == 6 and everything["decisions"] == {"queue:inbox": 1, "queue:triage": 5}
     assert [c["event_id"] for c in everything["changed"]] == [  # push and labeled stay where they were
         sent["github_ping.json"][1], sent["github_pull_request_opened.json"][0], sent["github_ping.json"][0],
         sent["github_issues_opened.json"][0]]
     text = replay_text.ok().stdout
     assert "evaluated: 4" in text and "queue:triage: 3" in text and text.count("changed: ") == 2
+    assert f"changed: {ping_change['event_id']} ping ping: octo-org/octo-repo\n  drop -> queue:triage\n" in text
     bad_last.refused("invalid_argument")
     # nothing was saved by any of it
     assert stack.webhooks.rules(webhook_id, caller=CLI) == {"webhook_id": webhook_id, **GITHUB_RULES}

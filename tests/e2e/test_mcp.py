@@ -508,6 +508,14 @@ def test_webhook_verbs(stack):
             assert dry["decision"]["drop"] is True
             text = await refused(client, "test_webhook_rules", webhook_id=wid)
             assert text == "invalid_argument: give exactly one of payload or event_id"
+            # $params that is not a JSON object, or over 16 KiB, is invalid_params (as on the CLI and API)
+            for params in ("nope", [1, 2], 3, {"blob": "x" * (16 * 1024)}):
+                text = await refused(client, "set_webhook_rules", webhook_id=wid, rules=[], params=params)
+                assert text.startswith("invalid_params: params "), (params, text)
+                text = await refused(client, "test_webhook_rules", webhook_id=wid, payload={}, rules=[],
+                                     params=params)
+                assert text.startswith("invalid_params: params "), (params, text)
+            assert (await call(client, "list_webhook_rules", webhook_id=wid)) == saved
             text = await refused(client, "set_webhook_rules", webhook_id=wid,
                                  rules=[{"expr": "$ENV", "action": {"queue": "work"}}])
             assert text.startswith("forbidden_function: "), text

@@ -7,7 +7,7 @@ import logging
 import msgspec
 import pytest
 
-from application.errors import RetryLimitExceeded, StoreUnavailable
+from application.errors import CommitOutcomeUnknown, RetryLimitExceeded, StoreUnavailable
 from domain.endpoint import ALL_VERBS
 from domain.errors import CeilingExceeded, Conflict, Forbidden, ForbiddenSourceType, InvalidArgument, NotFound
 from domain.ingest import SignatureRefused
@@ -49,7 +49,9 @@ def test_each_input_schema_is_a_closed_object(verb):
         (RuleError("forbidden", "q"), "forbidden", "q"),
         (msgspec.ValidationError("Object missing required field `id`"), "invalid_argument",
          "Object missing required field `id`"),
-        (StoreUnavailable("connection refused"), "internal", "store down"),
+        (StoreUnavailable("connection refused"), "unavailable", "store down"),  # nothing was done (CONTRACT §12)
+        (CommitOutcomeUnknown("store down: whether this was stored is unknown (retrying it is safe)"), "internal",
+         "store down: whether this was stored is unknown (retrying it is safe)"),
         (SignatureRefused("bad digest"), "internal", INTERNAL_MESSAGE),  # no tool can raise it: never leaked
         (KeyError("boom"), "internal", INTERNAL_MESSAGE),
     ],

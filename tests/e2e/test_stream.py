@@ -93,7 +93,7 @@ def log_transitions(cli: Cli, owner_endpoints: set[str] | None = None) -> list[t
         if record["type"] == "TodoOpened":
             endpoint_of[record["aggregate"]] = record["data"]["endpoint_id"]
         if record["aggregate"] in endpoint_of and (owner_endpoints is None or endpoint_of[record["aggregate"]] in owner_endpoints):
-            rows.append((record["position"], "td_" + record["aggregate"], record["type"]))
+            rows.append((record["position"], record["aggregate"], record["type"]))
     return rows
 
 

@@ -55,7 +55,7 @@ def test_a_statement_without_parameters_is_not_prepared(db):
 def test_every_connection_of_the_store_plans_each_run(pg_url, make_container):
     store = make_container(pg_url).store
     appender = store.recorder._connection()
-    with store.datastore.get_connection() as library:  # eventsourcing's own pool
+    with store.datastore.get_connection() as library:  # eventsourcing's reads, on the request pool
         library_mode = library.execute("SHOW plan_cache_mode").fetchone()
     assert store.db.query("SHOW plan_cache_mode") == [("force_custom_plan",)]
     assert appender.execute("SHOW plan_cache_mode").fetchone() == ("force_custom_plan",)

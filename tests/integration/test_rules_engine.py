@@ -195,16 +195,16 @@ def test_check_compiles_names_the_rule_that_does_not_compile(engine):
     with pytest.raises(RuleError) as caught:
         engine.check_compiles(rules("true", "foo(", "true"))
     assert caught.value.code == "invalid_expression"
-    assert caught.value.message.startswith("rule 1 (r1): does not compile: syntax error")
+    assert caught.value.message.startswith("rule #2 (r1): does not compile: syntax error")
     with pytest.raises(RuleError) as caught:
         engine.check_compiles(rules("no_such_function"))
-    assert caught.value.message.startswith("rule 0 (r0): does not compile: no_such_function/0 is not defined")
+    assert caught.value.message.startswith("rule #1 (r0): does not compile: no_such_function/0 is not defined")
 
 
 def test_a_rule_that_only_compiles_as_a_whole_program_is_refused(engine):
     with pytest.raises(RuleError) as caught:
         engine.check_compiles(rules("true", 'module {"a": 1}; .payload'))
-    assert caught.value.code == "invalid_expression" and caught.value.message.startswith("rule 1 (r1): ")
+    assert caught.value.code == "invalid_expression" and caught.value.message.startswith("rule #2 (r1): ")
 
 
 def test_a_rule_that_takes_too_long_to_compile_is_refused(engine, monkeypatch):
@@ -213,7 +213,7 @@ def test_a_rule_that_takes_too_long_to_compile_is_refused(engine, monkeypatch):
     with pytest.raises(RuleError) as caught:
         engine.check_compiles(rules("true", '"x" * 1e9 | length'))  # jq folds the constant: ~1 s
     assert caught.value.code == "invalid_expression"
-    assert caught.value.message == "rule 1 (r1): does not compile within 0.1 s"
+    assert caught.value.message == "rule #2 (r1): does not compile within 0.1 s"
     assert time.monotonic() - started < 0.5
     assert engine.evaluate(rules("true"), ENVELOPE) == Matched(0)
 
@@ -222,7 +222,7 @@ def test_a_rule_that_crashes_the_compiler_is_refused_and_faults_when_run(engine)
     exhausting = '"x" * 2e9 | length'  # over the worker's 1 GiB address space: libjq aborts
     with pytest.raises(RuleError) as caught:
         engine.check_compiles(rules("true", exhausting))
-    assert caught.value.message == "rule 1 (r1): crashes the jq compiler"
+    assert caught.value.message == "rule #2 (r1): crashes the jq compiler"
     assert engine.evaluate(rules("false", exhausting), ENVELOPE) == Faulted(None, "error: rule worker crashed")
     assert engine.evaluate(rules("true"), ENVELOPE) == Matched(0)
 

@@ -28,7 +28,7 @@ from domain.ingest import (
     trust_of,
     verify_signature,
 )
-from domain.todo import TITLE_MAX_CHARS
+from domain.todo import TITLE_MAX_CHARS, one_line_title
 from tests.fixtures import cairn_event, fixture, fixture_json, hmac_hex, sign
 
 NOW = datetime(2026, 1, 21, 15, 2, 30, tzinfo=timezone.utc)
@@ -602,6 +602,19 @@ def test_parse_payload_never_raises(body: bytes, content_type: str | None) -> No
      "push: infra/deploy-scripts refs/heads/main (2 commits) — Pin the rsync package version"),
     ("cairn", "artifact.created", "cairn_artifact_created.json",
      "cairn artifact.created: nightly-build-2026-01-21.tar.gz"),
+    ("github", "discussion", "github_discussion_created.json",
+     "discussion created: octo-org/octo-repo#90 Welcome to discussions!"),
+    ("github", "check_run", "github_check_run_created.json",
+     "check_run created: octo-org/octo-repo upload-tests (queued)"),
+    ("github", "check_suite", "github_check_suite_completed.json",
+     "check_suite completed: octo-org/octo-repo Octo CI on retry-uploads (failure)"),
+    ("github", "workflow_run", "github_workflow_run_completed.json",
+     "workflow_run completed: octo-org/octo-repo CI #562 (failure)"),
+    ("github", "workflow_job", "github_workflow_job_completed.json",
+     "workflow_job completed: octo-org/octo-repo CI / test (3.12) (success)"),
+    ("github", "push", "github_push_tag_created.json", "push: octo-org/octo-repo created tag v1.4.1"),
+    ("github", "push", "github_push_tag_deleted.json", "push: octo-org/octo-repo deleted tag v1.4.0-rc1"),
+    ("github", "push", "github_push_branch_deleted.json", "push: octo-org/octo-repo deleted branch retry-uploads"),
 ])
 def test_each_fixture_gets_its_title(source_type: str, kind: str, name: str, title: str) -> None:
     payload = parse_payload(fixture(name), "application/json")
@@ -640,7 +653,29 @@ def repo(full_name: str = "owner/repo") -> dict:
      "release published: owner/repo Spring"),
     ("workflow_run", {"action": "completed", "workflow_run": {"name": "CI", "conclusion": "failure"},
                       "repository": repo()},
-     "workflow_run completed: owner/repo"),
+     "workflow_run completed: owner/repo CI (failure)"),
+    ("workflow_run", {"action": "requested", "workflow_run": {"name": "CI", "status": "queued", "conclusion": None,
+                                                              "run_number": 3}, "repository": repo()},
+     "workflow_run requested: owner/repo CI #3 (queued)"),
+    ("workflow_job", {"action": "in_progress", "workflow_job": {"name": "build", "workflow_name": "build",
+                                                                "status": "in_progress"}, "repository": repo()},
+     "workflow_job in_progress: owner/repo build (in_progress)"),
+    ("check_run", {"action": "completed", "check_run": {"name": "lint", "status": "completed",
+                                                        "conclusion": "neutral"}, "repository": repo()},
+     "check_run completed: owner/repo lint (neutral)"),
+    ("check_run", {"action": "created", "check_run": "odd", "repository": repo()}, "check_run created: owner/repo"),
+    ("discussion", {"action": "answered", "discussion": {"number": 4, "title": "How?"},
+                    "issue": {"number": 9, "title": "not this"}, "repository": repo()},
+     "discussion answered: owner/repo#4 How?"),
+    ("discussion_comment", {"action": "created", "discussion": {"number": 4, "title": "How?"},
+                            "comment": {"body": "so"}, "repository": repo()},
+     "discussion_comment created: owner/repo#4 How?"),
+    ("push", {"ref": "refs/heads/feature", "before": "0" * 40, "after": "a" * 40, "commits": [{}],
+              "repository": repo()},
+     "push: owner/repo created branch feature"),
+    ("push", {"ref": "refs/heads/main", "before": "a" * 40, "after": "b" * 40, "created": False, "deleted": False,
+              "commits": [{}], "repository": repo()},
+     "push: owner/repo refs/heads/main (1 commit)"),
     ("check_suite", {"action": "requested", "repository": repo()}, "check_suite requested: owner/repo"),
     ("create", {"ref": "v1.2", "ref_type": "tag", "repository": repo()}, "create: owner/repo tag v1.2"),
     ("star", {"action": "created", "repository": {"name": "repo", "owner": {"login": "owner"}}},
@@ -658,7 +693,9 @@ def repo(full_name: str = "owner/repo") -> dict:
      "push: owner/repo refs/tags/v1 (1 commit) — Tag it"),
     ("push", {"ref": "refs/heads/gone", "deleted": True, "commits": [], "head_commit": None,
               "repository": repo()},
-     "push: owner/repo refs/heads/gone (0 commits)"),
+     "push: owner/repo deleted branch gone"),
+    ("push", {"ref": "refs/tags/v1", "deleted": True, "after": "0" * 40, "commits": [], "repository": repo()},
+     "push: owner/repo deleted tag v1"),
     ("issues", {"action": "opened", "issue": {"number": 5}}, "issues opened: #5"),
     ("issues", {"issue": {"title": "No number"}, "repository": repo()}, "issues: owner/repo No number"),
     ("issues", {"action": "deleted", "repository": repo()}, "issues deleted: owner/repo"),
@@ -713,6 +750,31 @@ def test_a_forge_delivery_it_cannot_read_gets_a_generic_title() -> None:
     assert derive_title("github", None, None) == "webhook delivery"
     assert derive_title("github", "issues", None) == "issues delivery"
     assert derive_title("gitea", "push", ["not", "an", "object"]) == "push delivery"
+
+
+@pytest.mark.parametrize(("body", "content_type", "title"), [
+    (b"Disk full on web-3\nsecond line", "text/plain; charset=utf-8",
+     "issues: not JSON, 30 bytes (text/plain): Disk full on web-3"),
+    (b"\n\n  x=1&y=2", "application/x-www-form-urlencoded", "issues: not JSON, 11 bytes (application/x-www-form-urlencoded): x=1&y=2"),
+    (b"\xff\xd8\xff\xe0", "image/jpeg", "issues: not JSON, 4 bytes (image/jpeg)"),
+    (b"{truncated", None, "issues: not JSON, 10 bytes: {truncated"),
+    (b"", None, "issues: empty body"),
+    (b"null", "application/json", "issues delivery"),
+])
+def test_a_body_that_is_not_json_is_titled_by_its_size_type_and_first_line(body, content_type, title) -> None:
+    assert derive_title("github", "issues", parse_payload(body, content_type), body=body,
+                        content_type=content_type) == title
+
+
+def test_a_long_text_body_cut_mid_character_still_gets_its_first_line() -> None:
+    body = ("é" * 600).encode()  # 1200 bytes: the 1024-byte preview ends inside a character
+    assert derive_title("generic", None, None, body=body, content_type="text/plain") == one_line_title(
+        "webhook: not JSON, 1,200 bytes (text/plain): " + "é" * 512)
+
+
+def test_a_stored_envelope_without_its_body_is_titled_by_its_size() -> None:
+    assert derive_title("generic", None, None, size=2048, content_type="text/csv") == (
+        "webhook: not JSON, 2,048 bytes (text/csv)")
 
 
 def test_a_title_is_one_line_without_control_characters() -> None:

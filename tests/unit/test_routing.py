@@ -128,23 +128,23 @@ def test_an_invalid_rule_is_refused_naming_it(bad_rule, says):
         return
     error = refusal(document)
     assert error.code == "invalid_rule"
-    assert error.message.startswith("rule 1")
+    assert error.message.startswith("rule #2")
     assert says in error.message
 
 
 def test_the_message_carries_the_rule_id_when_there_is_one():
     error = refusal({"rules": [rule(id="keep"), rule(id="mine", action={"queue": "quarantine"})]})
-    assert error.message.startswith("rule 1 (mine): ")
+    assert error.message.startswith("rule #2 (mine): ")
 
 
 def test_rule_ids_must_be_unique():
     error = refusal({"rules": [rule(id="same"), rule(id="same")]})
-    assert (error.code, error.message) == ("invalid_rule", "rule 1 (same): duplicate id")
+    assert (error.code, error.message) == ("invalid_rule", "rule #2 (same): duplicate id")
 
 
 def test_ids_are_required_when_asked_for():
     error = refusal({"rules": [rule(id="a"), rule()]}, require_ids=True)
-    assert error.code == "invalid_rule" and error.message == "rule 1: id is required"
+    assert error.code == "invalid_rule" and error.message == "rule #2: id is required"
 
 
 @pytest.mark.parametrize("default_action", [{"queue": "quarantine"}, {"drop": False}, {"queue": "w", "x": 1}, "w"])
@@ -206,7 +206,7 @@ def test_a_forbidden_function_is_found(expr, name):
     assert find_forbidden(expr) == name
     error = refusal({"rules": [rule(id="ok"), rule(expr, id="bad")]})
     assert error.code == "forbidden_function"
-    assert error.message.startswith("rule 1 (bad): ") and name in error.message
+    assert error.message.startswith("rule #2 (bad): ") and name in error.message
 
 
 @pytest.mark.parametrize("expr", [
@@ -262,8 +262,8 @@ def test_actions_within_the_grant_pass():
 
 
 @pytest.mark.parametrize("document, starts", [
-    ({"rules": [rule(id="a"), rule(id="b", action={"queue": "secret"})]}, "rule 1 (b): queue 'secret'"),
-    ({"rules": [rule(id="a", action={"queue": "work", "endpoints": ["ep_other"]})]}, "rule 0 (a): endpoint 'ep_other'"),
+    ({"rules": [rule(id="a"), rule(id="b", action={"queue": "secret"})]}, "rule #2 (b): queue 'secret'"),
+    ({"rules": [rule(id="a", action={"queue": "work", "endpoints": ["ep_other"]})]}, "rule #1 (a): endpoint 'ep_other'"),
     ({"rules": [], "default_action": {"queue": "secret"}}, "default action: queue 'secret'"),
 ])
 def test_an_action_outside_the_grant_is_forbidden_naming_the_rule(document, starts):
@@ -328,12 +328,15 @@ def test_no_match_takes_the_default_action(default_action, expected):
 def test_a_fault_holds_one_todo_in_quarantine_on_the_owner():
     decision = decide(SET, Faulted(1, "timeout"), targets=TARGETS, target_queue="inbox")
     assert decision.to_json() == {"drop": False, "queue": "quarantine", "endpoints": ["ep_owner"], "faulted": True}
-    assert decision.trace == {"stage": "fault", "rule_index": 1, "rule_id": "some", "action": {"queue": "quarantine"}}
+    assert decision.trace == {"stage": "fault", "rule_index": 1, "rule_id": "some", "reason": "timeout",
+                              "detail": "rule #2 did not finish within its time budget",
+                              "action": {"queue": "quarantine"}}
 
 
 def test_a_fault_no_rule_is_blamed_for_has_no_rule_in_its_trace():
     decision = decide(SET, Faulted(None, "error: parse error"), targets=TARGETS, target_queue="inbox")
-    assert decision.trace == {"stage": "fault", "action": {"queue": "quarantine"}}
+    assert decision.trace == {"stage": "fault", "reason": "error", "detail": "parse error",
+                              "action": {"queue": "quarantine"}}
     assert decide(SET, Faulted(None, "x"), targets=(), target_queue="inbox").endpoints == ()
 
 
@@ -358,6 +361,22 @@ def test_the_envelope_has_the_contract_keys_and_lower_cased_headers():
 
 
 def test_rules_are_named_by_position_and_id():
-    assert rule_label(2, "rule_ab") == "rule 2 (rule_ab)"
-    assert rule_label(0) == "rule 0"
+    assert rule_label(2, "rule_ab") == "rule #3 (rule_ab)"
+    assert rule_label(0) == "rule #1"
     assert rule_label(None) == "the rules"
+
+
+@pytest.mark.parametrize(("outcome", "reason", "detail"), [
+    (Faulted(0, "timeout"), "timeout", "rule #1 did not finish within its time budget"),
+    (Faulted(None, "timeout"), "timeout", "the rules did not finish within the delivery's time budget"),
+    (Faulted(2, "error: explode input must be a string"), "error", "explode input must be a string"),
+    (Faulted(None, "error: rule worker crashed"), "error", "rule worker crashed"),
+    (Faulted(None, "too_large: the 5,242,880-byte envelope could not be read within the 250 ms delivery budget"),
+     "too_large", "the 5,242,880-byte envelope could not be read within the 250 ms delivery budget"),
+    (Faulted(None, "something odd"), "error", "something odd"),
+])
+def test_a_fault_trace_says_why(outcome, reason, detail):
+    trace = decide(SET, outcome, targets=TARGETS, target_queue="inbox").trace
+    assert (trace["stage"], trace["reason"], trace["detail"]) == ("fault", reason, detail)
+    assert trace["action"] == {"queue": "quarantine"}
+    assert ("rule_index" in trace) == (outcome.index is not None)
