@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from application.errors import StoreUnavailable, first_line
@@ -18,6 +19,8 @@ from application.ports import Clock
 log = logging.getLogger("switchboard.background")
 
 MAX_SLEEP = 1.0
+SETTLE = 2.0
+"""Seconds a loop must succeed without a failure before it says the store is back."""
 DUE_PAGE = 200
 FIRE_CHUNK = 50
 
@@ -73,30 +76,57 @@ class ProjectionWorker:
         _loop(tick, self.wake, stop, "projections")
 
 
+class OutageLog:
+    """A loop's one line when the store goes and one when it is back (CONTRACT §12), however the
+    store flaps in between: a cluster short of connections lets some ticks through, so "back" is
+    said only once the loop has succeeded for SETTLE seconds without a failure."""
+
+    def __init__(self, logger: logging.Logger, name: str, retrying: str) -> None:
+        self._log = logger
+        self.name = name
+        self.retrying = retrying
+        self.down = False
+        self._ok_since: float | None = None
+
+    def failed(self, error: BaseException) -> None:
+        self._ok_since = None
+        if not self.down:
+            self.down = True
+            self._log.warning("%s: store unavailable (%s); %s", self.name, first_line(error), self.retrying)
+
+    def succeeded(self) -> None:
+        if not self.down:
+            return
+        now = time.monotonic()
+        if self._ok_since is None:
+            self._ok_since = now
+        elif now - self._ok_since >= SETTLE:
+            self.down, self._ok_since = False, None
+            self._log.warning("%s: store is back", self.name)
+
+
 def _loop(tick: Callable[[], float], wake: threading.Event, stop: threading.Event, name: str) -> None:
     """Runs `tick` until stopped. An outage of the store is one line when it starts and one when it
-    ends, however many retries lie between (CONTRACT §12); any other failure is logged once with
+    ends, however many retries lie between (`OutageLog`); any other failure is logged once with
     its traceback, then retried quietly."""
-    failing: str | None = None
+    outage = OutageLog(log, name, f"retrying every {MAX_SLEEP:.0f} s")
+    failing = False
     while not stop.is_set():
         try:
             delay = tick()
-            if failing == "store":
-                log.warning("%s: store is back", name)
-            elif failing:
+            outage.succeeded()
+            if failing:
                 log.warning("%s recovered", name)
-            failing = None
+            failing = False
         except StoreUnavailable as error:
-            if failing != "store":
-                log.warning("%s: store unavailable (%s); retrying every %.0f s", name, first_line(error), MAX_SLEEP)
-            failing = "store"
+            outage.failed(error)
             delay = MAX_SLEEP
         except Exception as error:
             if not failing:
                 log.exception("%s tick failed (will retry every %.0f s)", name, MAX_SLEEP)
             else:
                 log.debug("%s still failing: %s", name, error)
-            failing = failing or "error"
+            failing = True
             delay = MAX_SLEEP
         if delay > 0:
             wake.wait(delay)

@@ -27,10 +27,7 @@ from application.errors import first_line
 from application.presenters import iso
 from domain.endpoint import Endpoint, EndpointVended, endpoint_uuid_of
 from domain.names import ENDPOINT_PREFIX, TODO_PREFIX, format_id
-from domain.todo import (
-    CLAIMED, DONE, FAILED, PENDING, TODO_EVENTS, LeaseExpired, LeaseRenewed, Todo, TodoClaimed,
-    TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened, TodoReleased, TodoRequeued,
-)
+from domain.todo import TODO_EVENTS, Todo, TodoMoved, TodoOpened, state_after
 
 log = logging.getLogger("switchboard.feed")
 
@@ -45,22 +42,6 @@ class Transition:
     position: int
     owner: str
     data: dict[str, Any]
-
-
-def state_after(event: Any) -> tuple[str, bool]:
-    """The todo's state and dead-letter flag right after this event."""
-    match event:
-        case TodoOpened() | TodoRequeued() | TodoMoved():
-            return PENDING, False
-        case TodoClaimed() | LeaseRenewed():
-            return CLAIMED, False
-        case TodoCompleted() | TodoDiscarded():
-            return DONE, False
-        case TodoFailed():
-            return FAILED, event.dead_letter
-        case LeaseExpired() | TodoReleased():
-            return (FAILED, True) if event.dead_letter else (PENDING, False)
-    raise TypeError(f"not a todo transition: {type(event).__name__}")
 
 
 class TransitionFeed:

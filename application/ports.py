@@ -25,25 +25,6 @@ class SystemClock:
         return datetime.now(timezone.utc)
 
 
-class ManualClock:
-    """A clock that only moves when told to: for tests."""
-
-    def __init__(self, start: datetime | None = None) -> None:
-        self._now = start or datetime(2026, 1, 1, tzinfo=timezone.utc)
-
-    def now(self) -> datetime:
-        return self._now
-
-    def advance(self, **delta: float) -> datetime:
-        from datetime import timedelta
-
-        self._now += timedelta(**delta)
-        return self._now
-
-    def set(self, moment: datetime) -> None:
-        self._now = moment
-
-
 class UnitOfWork(Protocol):
     """What a command handler sees: aggregates to load and change, all saved atomically."""
 
@@ -77,6 +58,6 @@ class EventStore(Protocol):
 
     def stream(self, aggregate_id: UUID) -> list[Recorded]: ...
 
-    def read_log(self, after: int, limit: int) -> list[Recorded]: ...
+    def read_log(self, after: int, limit: int, *, types: Sequence[type[DomainEvent]] = ()) -> list[Recorded]: ...
 
     def event_data(self, event: DomainEvent) -> dict[str, Any]: ...

@@ -23,8 +23,9 @@ from domain.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from domain.idempotency import KEY_MAX_BYTES, IdempotencyKey, key_uuid
 from domain.delivery import DELIVERY_PREFIX
 from domain.names import (
-    ENDPOINT_PREFIX, OPERATOR_PREFIX, QUARANTINE, TODO_PREFIX, check_queue_name, parse_id, slugify,
+    ENDPOINT_PREFIX, OPERATOR_PREFIX, QUARANTINE, REDACTED, TODO_PREFIX, check_queue_name, parse_id, slugify,
 )
+from domain.installation import INSTALLATION_ID, Installation
 from domain.operator import Operator, check_operator_name, operator_uuid
 from domain.todo import STATES, Todo, effective_lease
 from domain.webhook import WEBHOOK_PREFIX
@@ -35,7 +36,6 @@ CREDENTIAL_CACHE_SIZE = 10_000  # endpoints whose credential → endpoint resolu
 MAX_TTL_SECONDS = 100 * 365 * 86400  # an endpoint lifetime beyond a century is `never`
 # Event fields never shown by history or audit export (they stay in the log).
 REDACTED_FIELDS = ("password_hash",)
-REDACTED = "«redacted»"
 
 
 # The public name of each aggregate type, by the module its events live in, and its id prefix:
@@ -45,6 +45,7 @@ AGGREGATE_NAMES = {
     "domain.webhook": ("webhook", WEBHOOK_PREFIX), "domain.delivery": ("delivery", DELIVERY_PREFIX),
     "domain.operator": ("operator", OPERATOR_PREFIX),
     "domain.idempotency": ("idempotency_key", "ik_"),
+    "domain.installation": ("installation", "in_"),
 }
 
 
@@ -206,6 +207,43 @@ class Switchboard:
             return self.create_operator("admin", caller=Caller("system", "bootstrap"))["password"]
         except Conflict:
             return None
+
+    def reset_password(self, name: str, password: str | None = None, *, caller: Caller) -> dict[str, Any]:
+        """Sets a new password (an event); returns the generated one when none was given."""
+        check_operator_name(name)
+        generated = password is None
+        password = password if password is not None else secrets.token_urlsafe(18)
+        if len(password) < 8:
+            raise InvalidArgument("password must be at least 8 characters")
+        password_hash = self.hasher.hash(password)
+
+        def handler(uow: UnitOfWork) -> None:
+            operator = uow.get(Operator, operator_uuid(name))
+            if operator is None:
+                raise NotFound(f"operator {name} not found")
+            operator.reset_password(password_hash=password_hash, now=uow.now, actor=caller.label)
+
+        self.store.run(handler)
+        return {"name": name, "password": password if generated else None}
+
+    def record_base_url(self, base_url: str, *, caller: Caller) -> bool:
+        """Records the base URL this server mints links with; an event only when it changed."""
+
+        def handler(uow: UnitOfWork) -> bool:
+            installation = uow.get(Installation, INSTALLATION_ID)
+            if installation is None:
+                installation = Installation.new()
+                changed = installation.record_base_url(base_url=base_url, now=uow.now, actor=caller.label)
+                uow.add(installation)
+                return changed
+            return installation.record_base_url(base_url=base_url, now=uow.now, actor=caller.label)
+
+        return self.store.run(handler)
+
+    def recorded_base_url(self) -> str | None:
+        """The base URL `serve` recorded last, if any."""
+        installation = self.store.load(Installation, INSTALLATION_ID)
+        return installation.base_url if installation is not None else None
 
     def mint_operator_token(self, name: str, *, caller: Caller) -> dict[str, Any]:
         """Mints an `sbo_` API token; only its hash is kept."""

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 from uuid import UUID, uuid4
 
+from application.errors import ConfigurationError
 from application.ports import UnitOfWork
 from application.presenters import iso
 from application.service import Caller, Switchboard
@@ -25,21 +26,22 @@ from domain.errors import Forbidden, InvalidArgument, NotFound
 from domain.events import Aggregate
 from domain.idempotency import IdempotencyKey, key_uuid
 from domain.ingest import (
-    SIGNED_SOURCES, delivery_id, delivery_kind, derive_title, new_signing_secret, parse_payload,
-    redact_headers, trust_of, verify_signature,
+    SIGNED_SOURCES, check_single_signatures, delivery_id, delivery_kind, derive_title, new_signing_secret,
+    parse_payload, redact_headers, trust_of, verify_signature,
 )
 from domain.names import ENDPOINT_PREFIX, QUARANTINE, TODO_PREFIX, check_queue_name, format_id, parse_id
 from domain.routing import (
     Decision, Faulted, Matched, NoMatch, RuleSet, check_grant, decide, envelope, parse_rule_set, rule_label,
 )
 from domain.todo import Todo
-from domain.webhook import WEBHOOK_PREFIX, Webhook
+from domain.webhook import WEBHOOK_PREFIX, Webhook, WebhookCreated
 
 DRY_RUN_DELIVERIES = 50
 MEMO_SIZE = 10_000
 # How many stored deliveries a replay reads when N is not given: the board and the CLI both use it.
 DEFAULT_REPLAY_LAST = 100
 REPLAY_MAX, REPLAY_CHANGED_SHOWN = 100_000, 100
+LOAD_PAGE = 500
 _TOKEN = re.compile(r"[0-9a-f]{32}")
 
 
@@ -63,6 +65,14 @@ def _webhook_uuid(webhook_id: object) -> UUID:
     if parsed is None:
         raise NotFound(f"webhook {webhook_id} not found")
     return parsed
+
+
+def _opens(box: SecretBox, ciphertext: str) -> bool:
+    try:
+        box.decrypt(ciphertext)
+    except ValueError:
+        return False
+    return True
 
 
 def _delivery_key(webhook_id: str, headers: Mapping[str, str], source_type: str, cairn: dict | None,
@@ -181,6 +191,56 @@ class Webhooks:
             return self._minted(webhook, token, secret)
 
         return self._change(webhook_id, caller, change)
+
+    # -- the secret key ------------------------------------------------------------------
+
+    def sealed_webhooks(self) -> list[Webhook]:
+        """Every live webhook with a sealed signing secret, read from the log (not a read model)."""
+        ids: list[UUID] = []
+        after = 0
+        while batch := self.store.read_log(after, 1000, types=(WebhookCreated,)):
+            ids.extend(r.event.originator_id for r in batch)
+            after = batch[-1].position
+        webhooks: list[Webhook] = []
+        for start in range(0, len(ids), LOAD_PAGE):
+            loaded = self.store.load_many([(Webhook, i) for i in ids[start:start + LOAD_PAGE]])
+            webhooks.extend(w for w in loaded.values() if w is not None and not w.deleted and w.secret_ciphertext)
+        return webhooks
+
+    def check_secrets_open(self, sealed: Sequence[Webhook]) -> None:
+        """Raises ConfigurationError when the current key cannot open a sealed signing secret."""
+        shut = [w.webhook_id for w in sealed if not _opens(self.box, w.secret_ciphertext)]
+        if shut:
+            raise ConfigurationError(
+                f"the secret key cannot open the signing secrets of {len(shut)} of {len(sealed)} webhook(s)"
+                f" (first {shut[0]}): they were sealed with another SWITCHBOARD_SECRET_KEY; start with that key,"
+                " or run `switchboard secrets reseal` with the old key in SWITCHBOARD_SECRET_KEY_OLD")
+
+    def reseal(self, old_box: SecretBox, *, caller: Caller) -> dict[str, Any]:
+        """Re-seals, under the current key, every signing secret the old key opens (an event per
+        webhook, all in one append); refused, changing nothing, when one opens under neither key."""
+        ids = [w.id for w in self.sealed_webhooks()]
+
+        def handler(uow: UnitOfWork) -> dict[str, Any]:
+            resealed, current = [], 0
+            for webhook_uuid in ids:
+                webhook = uow.get(Webhook, webhook_uuid, fresh=True)
+                if webhook is None or webhook.deleted or not webhook.secret_ciphertext:
+                    continue
+                if _opens(self.box, webhook.secret_ciphertext):
+                    current += 1
+                    continue
+                try:
+                    secret = old_box.decrypt(webhook.secret_ciphertext)
+                except ValueError:
+                    raise ConfigurationError(
+                        f"neither SWITCHBOARD_SECRET_KEY nor SWITCHBOARD_SECRET_KEY_OLD opens the signing secret"
+                        f" of webhook {webhook.webhook_id}; nothing was re-sealed") from None
+                webhook.reseal_secret(now=uow.now, actor=caller.label, secret_ciphertext=self.box.encrypt(secret))
+                resealed.append(webhook.webhook_id)
+            return {"resealed": len(resealed), "already_current": current, "webhooks": resealed}
+
+        return self.store.run(handler)
 
     def delete(self, webhook_id: str, *, caller: Caller) -> dict[str, Any]:
         def change(webhook: Webhook, uow: UnitOfWork):
@@ -408,6 +468,7 @@ class Webhooks:
         """Verifies, routes and records one delivery; returns the 202 body."""
         lowered = {k.lower(): v for k, v in headers.items()}
         webhook, owner, loaded = self.resolve(token, headers=lowered, body=body)
+        check_single_signatures(webhook.source_type, (name for name, _ in headers.items()))
         secret = self.box.decrypt(webhook.secret_ciphertext) if webhook.secret_ciphertext else None
         now = self.clock.now()
         cairn = verify_signature(webhook.source_type, secret, lowered, body, now)

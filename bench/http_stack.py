@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.claim_complete import Databases, log  # noqa: E402
-from bench.ingest import FIXTURE, Server, clean_env, drive, free_port, secret_key_of, setup_switchboard  # noqa: E402
+from bench.ingest import BENCH_SECRET_KEY, FIXTURE, Server, clean_env, drive, free_port, setup_switchboard  # noqa: E402
 from bench.mcp_drain import mcp_drain, push_round, setup_server_db  # noqa: E402
 from tests.fixtures import fixture  # noqa: E402
 
@@ -44,7 +44,7 @@ def serve_on(stack: str, label: str, database_url: str, data_dir: str) -> Server
     http, loop = STACKS[stack]
     port = free_port()
     env = clean_env(SWITCHBOARD_DATABASE_URL=database_url, SWITCHBOARD_DATA_DIR=data_dir, SWITCHBOARD_INGEST_RATE="0",
-                    SWITCHBOARD_SECRET_KEY=secret_key_of(data_dir), PYTHONPATH=str(ROOT))
+                    SWITCHBOARD_SECRET_KEY=BENCH_SECRET_KEY, PYTHONPATH=str(ROOT))
     return Server(label, [sys.executable, "-c", SERVE_ON, http, loop, "serve", "--port", str(port)], env, data_dir,
                   port)
 

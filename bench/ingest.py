@@ -77,6 +77,8 @@ from tests.fixtures import fixture, sign  # noqa: E402
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 VENV_BIN = Path(sys.executable).parent
 SWITCHBOARD = str(VENV_BIN / "switchboard")
+# serve on PostgreSQL needs an explicit key, the same for the setup and the server (CONTRACT §12)
+BENCH_SECRET_KEY = "be" * 32
 PY_SPY = str(VENV_BIN / "py-spy")
 FIXTURE = "github_issues_opened.json"
 PROFILE_RATE = 150  # Hz, per sampler
@@ -329,7 +331,7 @@ def machine_busy() -> tuple[float, float]:
 
 def setup_switchboard(database_url: str, data_dir: str, *, with_rule: bool) -> tuple[str, str]:
     """Admin, one endpoint, one GitHub webhook (and its rule); returns (token, signing secret)."""
-    container = build(Settings(database_url=database_url, data_dir=data_dir))
+    container = build(Settings(database_url=database_url, data_dir=data_dir, secret_key=BENCH_SECRET_KEY))
     try:
         cli = Caller.cli()
         container.app.ensure_admin()
@@ -342,16 +344,10 @@ def setup_switchboard(database_url: str, data_dir: str, *, with_rule: bool) -> t
         container.close()
 
 
-def secret_key_of(data_dir: str) -> str:
-    """The data dir's secret key (the one the in-process setup sealed the webhook secrets with),
-    passed to `serve` explicitly as several processes on one PostgreSQL need."""
-    return Settings(data_dir=data_dir).resolved_secret_key()
-
-
 def switchboard_server(label: str, database_url: str, data_dir: str) -> Server:
     port = free_port()
     env = clean_env(SWITCHBOARD_DATABASE_URL=database_url, SWITCHBOARD_DATA_DIR=data_dir,
-                    SWITCHBOARD_INGEST_RATE="0", SWITCHBOARD_SECRET_KEY=secret_key_of(data_dir))
+                    SWITCHBOARD_INGEST_RATE="0", SWITCHBOARD_SECRET_KEY=BENCH_SECRET_KEY)
     return Server(label, [SWITCHBOARD, "serve", "--port", str(port)], env, data_dir, port)
 
 

@@ -64,7 +64,8 @@ from bench.claim_complete import (  # noqa: E402
     Databases, drain, log, make_container, payload_for, pg_settings, push_todos, setup_endpoint,
 )
 from bench.ingest import (  # noqa: E402
-    Server, clean_env, cpu_delta, free_port, percentile, postgres_cpu, stack_args, switchboard_server,
+    BENCH_SECRET_KEY, Server, clean_env, cpu_delta, free_port, percentile, postgres_cpu, stack_args,
+    switchboard_server,
 )
 from interfaces.bootstrap import build  # noqa: E402
 from interfaces.settings import Settings  # noqa: E402
@@ -201,7 +202,7 @@ async def call(client: Client, verb: str, **arguments: Any) -> dict[str, Any]:
 def setup_server_db(database_url: str, data_dir: str) -> dict[str, Any]:
     """Admin; the drain endpoint; the doorbell endpoint and its GitHub webhook; one todo claimed and
     completed in-process, whose two answers (what the MCP tools return) the SDK floor repeats."""
-    container = build(Settings(database_url=database_url, data_dir=data_dir))
+    container = build(Settings(database_url=database_url, data_dir=data_dir, secret_key=BENCH_SECRET_KEY))
     try:
         cli = Caller.cli()
         app = container.app
@@ -222,7 +223,7 @@ def setup_server_db(database_url: str, data_dir: str) -> dict[str, Any]:
 
 def push_round(database_url: str, data_dir: str, slug: str, todos: int, start_at: int) -> float:
     """`todos` pending todos on the drain endpoint, pushed in-process (untimed); returns todos/s."""
-    container = build(Settings(database_url=database_url, data_dir=data_dir))
+    container = build(Settings(database_url=database_url, data_dir=data_dir, secret_key=BENCH_SECRET_KEY))
     try:
         return todos / push_todos(container, slug, todos, PUSH_THREADS, start_at=start_at)
     finally:

@@ -10,7 +10,7 @@ from uuid import UUID, uuid5
 
 from domain.errors import CeilingExceeded, Conflict, Forbidden, ForbiddenSourceType, InvalidArgument, NotFound
 from domain.events import Aggregate, DomainEvent
-from domain.names import ENDPOINT_PREFIX, check_queue_name, format_id, parse_id
+from domain.names import ENDPOINT_PREFIX, SOURCE_TYPES, check_queue_name, format_id, parse_id
 from domain.todo import DEFAULT_LEASE, MAX_LEASE, MIN_DEFAULT_LEASE
 
 TODO_VERBS = (
@@ -24,7 +24,6 @@ WEBHOOK_VERBS = (
 )
 LEASE_VERBS = ("get_default_lease", "set_default_lease")
 ALL_VERBS = TODO_VERBS + WEBHOOK_VERBS + LEASE_VERBS
-SOURCE_TYPES = ("github", "gitea", "cairn", "generic")
 DEFAULT_WEBHOOK_MAX = 5
 
 

@@ -9,6 +9,8 @@ from uuid import UUID
 from domain.errors import InvalidArgument
 
 QUARANTINE = "quarantine"
+SOURCE_TYPES = ("github", "gitea", "cairn", "generic")  # who may send a webhook
+REDACTED = "«redacted»"  # what a secret shown to a person reads as
 _QUEUE = re.compile(r"[a-z0-9._-]{1,64}")
 
 TODO_PREFIX = "td_"

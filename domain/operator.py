@@ -36,7 +36,12 @@ class ApiTokenMinted(DomainEvent):
     token_sha256: str
 
 
-OPERATOR_EVENTS = (OperatorCreated, ApiTokenMinted)
+@dataclass(frozen=True, kw_only=True)
+class OperatorPasswordReset(DomainEvent):
+    password_hash: str
+
+
+OPERATOR_EVENTS = (OperatorCreated, ApiTokenMinted, OperatorPasswordReset)
 
 
 class Operator(Aggregate):
@@ -57,6 +62,11 @@ class Operator(Aggregate):
         """Records a new API token by its hash; the token itself is shown once by the caller."""
         self._record(ApiTokenMinted, timestamp=now, actor=actor, cause="mint_token", token_sha256=token_sha256)
 
+    def reset_password(self, *, password_hash: str, now: datetime, actor: str) -> None:
+        """Replaces the password (hashed by the caller); the old one stops working at once."""
+        self._record(OperatorPasswordReset, timestamp=now, actor=actor, cause="reset_password",
+                     password_hash=password_hash)
+
     def _mutate(self, event: DomainEvent) -> None:
         match event:
             case OperatorCreated():
@@ -66,5 +76,7 @@ class Operator(Aggregate):
                 self.created_at = event.timestamp
             case ApiTokenMinted():
                 self.token_hashes = (*self.token_hashes, event.token_sha256)
+            case OperatorPasswordReset():
+                self.password_hash = event.password_hash
             case _:  # pragma: no cover
                 raise TypeError(f"Operator cannot apply {type(event).__name__}")

@@ -6,10 +6,18 @@ States (see docs/adr/0005-todo-lifecycle.md for the diagram):
   (attempts left), ``TodoRequeued`` (retry due, or an operator's retry).
 - ``claimed``: one holder has a lease until ``lease_expires_at``. Reached by ``TodoClaimed``;
   ``LeaseRenewed`` moves the expiry. Left by complete, fail, release, or the lease lapsing.
-- ``done``: final. Reached by ``TodoCompleted``.
+- ``done``: final. Reached by ``TodoCompleted``, or by ``TodoDiscarded`` (an operator ends a
+  quarantined todo without work).
 - ``failed``: either awaiting a retry at ``next_retry_at`` (claimable once due, requeued by
   the scheduler) or, when the budget of ``MAX_ATTEMPTS`` claims is spent, a dead letter
   (``dead_letter`` true, ``next_retry_at`` None) that only an operator's retry revives.
+
+A todo in the ``quarantine`` queue is pending but never claimable; ``TodoMoved`` releases it to
+one of its endpoint's queues (claimable at once), ``TodoDiscarded`` ends it.
+
+The facts every adapter needs about these transitions live at the end of the events section
+(``state_after``, ``BECOMES_CLAIMABLE``, ``MAY_BECOME_CLAIMABLE``, ``MOVES_TIMER``): import them,
+never restate them.
 """
 
 from __future__ import annotations
@@ -176,6 +184,34 @@ TODO_EVENTS = (
     TodoOpened, TodoClaimed, LeaseRenewed, TodoCompleted, TodoFailed, LeaseExpired,
     TodoReleased, TodoRequeued, TodoMoved, TodoDiscarded,
 )
+
+# After one of these a todo may be claimable at once (unless in quarantine or dead-lettered):
+# the doorbell scans for it.
+BECOMES_CLAIMABLE = (TodoOpened, TodoReleased, LeaseExpired, TodoRequeued, TodoMoved)
+# After one of these a todo may be claimable now or once a retry falls due: a cached list of
+# claim candidates is stale.
+MAY_BECOME_CLAIMABLE = (*BECOMES_CLAIMABLE, TodoFailed)
+# These set, move or clear a lease or retry timer: only they concern the timer scheduler.
+MOVES_TIMER = (
+    TodoClaimed, LeaseRenewed, TodoFailed, TodoCompleted, TodoReleased, LeaseExpired, TodoRequeued,
+    TodoDiscarded,
+)
+
+
+def state_after(event: DomainEvent) -> tuple[str, bool]:
+    """The todo's state and dead-letter flag right after this event."""
+    match event:
+        case TodoOpened() | TodoRequeued() | TodoMoved():
+            return PENDING, False
+        case TodoClaimed() | LeaseRenewed():
+            return CLAIMED, False
+        case TodoCompleted() | TodoDiscarded():
+            return DONE, False
+        case TodoFailed():
+            return FAILED, event.dead_letter
+        case LeaseExpired() | TodoReleased():
+            return (FAILED, True) if event.dead_letter else (PENDING, False)
+    raise TypeError(f"not a todo transition: {type(event).__name__}")
 
 
 @dataclass(frozen=True)

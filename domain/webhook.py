@@ -56,8 +56,14 @@ class WebhookRouteRemoved(DomainEvent):
     target_endpoint_id: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class WebhookSecretResealed(DomainEvent):
+    secret_ciphertext: str
+
+
 WEBHOOK_EVENTS = (
     WebhookCreated, WebhookRotated, WebhookDeleted, WebhookRulesSet, WebhookRouteAdded, WebhookRouteRemoved,
+    WebhookSecretResealed,
 )
 
 
@@ -95,6 +101,14 @@ class Webhook(Aggregate):
             WebhookRotated, timestamp=now, actor=actor, cause="rotate_webhook",
             token_sha256=token_sha256, secret_ciphertext=secret_ciphertext,
         )
+
+    def reseal_secret(self, *, now: datetime, actor: str, secret_ciphertext: str) -> None:
+        """The same signing secret sealed under another key (a key rotation): URL and secret unchanged."""
+        self._check_live()
+        if self.secret_ciphertext is None:
+            raise Conflict(f"webhook {self.webhook_id} has no signing secret")
+        self._record(WebhookSecretResealed, timestamp=now, actor=actor, cause="reseal_secret",
+                     secret_ciphertext=secret_ciphertext)
 
     def delete(self, *, now: datetime, actor: str) -> None:
         self._check_live()
@@ -150,6 +164,8 @@ class Webhook(Aggregate):
                 self.params: dict[str, Any] = {}
             case WebhookRotated():
                 self.token_sha256 = event.token_sha256
+                self.secret_ciphertext = event.secret_ciphertext
+            case WebhookSecretResealed():
                 self.secret_ciphertext = event.secret_ciphertext
             case WebhookDeleted():
                 self.deleted = True

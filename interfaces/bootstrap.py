@@ -16,12 +16,10 @@ from dataclasses import dataclass, field
 
 from application.background import ProjectionWorker, TimerScheduler
 from application.ports import Clock, SystemClock
-from domain.todo import (
-    LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoFailed, TodoReleased, TodoRequeued,
-)
+from domain.todo import MOVES_TIMER
 from application.service import Switchboard
 from application.webhooks import Webhooks
-from interfaces.crypto import AesGcmSecretBox
+from interfaces.crypto import DeferredSecretBox
 from interfaces.rules import JqRuleEngine
 from interfaces.security import Argon2Hasher
 from interfaces.settings import Settings
@@ -34,8 +32,6 @@ from projections import all_projections
 
 log = logging.getLogger("switchboard.background")
 
-# Events that set, move or clear a lease or retry timer: only they wake the scheduler.
-TIMER_EVENTS = (TodoClaimed, LeaseRenewed, TodoFailed, TodoCompleted, TodoReleased, LeaseExpired, TodoRequeued)
 
 
 @dataclass
@@ -63,7 +59,7 @@ def build(settings: Settings, *, clock: Clock | None = None) -> Container:
     views = SqlViews(store.db, projector)
     app = Switchboard(store, views, clock, Argon2Hasher(), settings.base_url)
     engine = JqRuleEngine()  # worker processes start on first use
-    webhooks = Webhooks(app, engine, AesGcmSecretBox(settings.resolved_secret_key()))
+    webhooks = Webhooks(app, engine, DeferredSecretBox(settings.resolved_secret_key))
     return Container(settings, clock, store, projector, views, app, engine, webhooks)
 
 
@@ -94,7 +90,7 @@ class Background:
 
         def on_commit(recorded) -> None:
             wake_projections()
-            if any(isinstance(r.event, TIMER_EVENTS) for r in recorded):
+            if any(isinstance(r.event, MOVES_TIMER) for r in recorded):
                 scheduler.wake.set()
 
         c.store.subscribe(on_commit)

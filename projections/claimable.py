@@ -9,7 +9,7 @@ from __future__ import annotations
 from domain.events import DomainEvent
 from domain.names import TODO_PREFIX, format_id
 from domain.todo import (
-    LeaseExpired, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened, TodoReleased,
+    LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened, TodoReleased,
     TodoRequeued,
 )
 from projections.base import Op, micros
@@ -21,6 +21,7 @@ class ClaimableQueue:
     name = "claimable"
     inline = True
     tables = ("sb_claimable",)
+    ignores = (LeaseRenewed,)  # a renewal keeps the todo claimed
     ddl = (
         "CREATE TABLE IF NOT EXISTS sb_claimable (todo_id TEXT PRIMARY KEY, endpoint_id TEXT NOT NULL,"
         " queue TEXT NOT NULL, created_at BIGINT NOT NULL, available_at BIGINT)",

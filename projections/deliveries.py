@@ -13,6 +13,7 @@ from domain.events import DomainEvent
 from domain.ingest import parse_payload
 from domain.names import format_id
 from domain.routing import envelope
+from domain.todo import TODO_EVENTS
 from projections.base import Op, as_json, micros
 
 COLUMNS = (
@@ -25,6 +26,7 @@ class Deliveries:
     name = "deliveries"
     inline = False
     tables = ("sb_deliveries",)
+    ignores = TODO_EVENTS
     ddl = (
         "CREATE TABLE IF NOT EXISTS sb_deliveries (event_id TEXT PRIMARY KEY, webhook_id TEXT NOT NULL,"
         " endpoint_id TEXT NOT NULL, source TEXT NOT NULL, kind TEXT, trust_mode TEXT NOT NULL,"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from domain.delivery import DELIVERY_PREFIX, DeliveryAccepted, delivery_id_of
 from domain.events import DomainEvent
 from domain.names import format_id
+from domain.todo import TODO_EVENTS
 from projections.base import Op
 
 
@@ -18,6 +19,7 @@ class DeliveryIds:
     name = "delivery_ids"
     inline = False
     tables = ("sb_delivery_ids",)
+    ignores = TODO_EVENTS
     ddl = ("CREATE TABLE IF NOT EXISTS sb_delivery_ids (event_id TEXT PRIMARY KEY, delivery_id TEXT NOT NULL)",)
 
     def ops(self, event: DomainEvent, position: int | None) -> list[Op]:

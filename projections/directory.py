@@ -6,6 +6,7 @@ from domain.endpoint import DefaultLeaseSet, EndpointRevoked, EndpointVended
 from domain.events import DomainEvent
 from domain.names import ENDPOINT_PREFIX, OPERATOR_PREFIX, format_id
 from domain.operator import ApiTokenMinted, OperatorCreated
+from domain.todo import TODO_EVENTS
 from domain.webhook import (
     WEBHOOK_PREFIX, WebhookCreated, WebhookDeleted, WebhookRotated, WebhookRouteAdded, WebhookRouteRemoved,
 )
@@ -16,6 +17,7 @@ class Directory:
     name = "directory"
     inline = False
     tables = ("sb_endpoints", "sb_operators", "sb_credentials", "sb_webhooks", "sb_webhook_routes")
+    ignores = TODO_EVENTS
     ddl = (
         "CREATE TABLE IF NOT EXISTS sb_endpoints (endpoint_id TEXT PRIMARY KEY, slug TEXT NOT NULL UNIQUE,"
         " agent TEXT NOT NULL, owner TEXT NOT NULL, queues TEXT NOT NULL, verbs TEXT NOT NULL,"

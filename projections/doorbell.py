@@ -12,7 +12,7 @@ from __future__ import annotations
 from domain.events import DomainEvent
 from domain.names import QUARANTINE, TODO_PREFIX, format_id
 from domain.todo import (
-    LeaseExpired, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened, TodoReleased,
+    LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened, TodoReleased,
     TodoRequeued,
 )
 from projections.base import Op, micros
@@ -34,6 +34,7 @@ class Doorbells:
     name = "doorbell"
     inline = True
     tables = ("sb_doorbell",)
+    ignores = (LeaseRenewed,)  # a renewal keeps the todo claimed: nothing to ring
     ddl = (
         "CREATE TABLE IF NOT EXISTS sb_doorbell (todo_id TEXT PRIMARY KEY, endpoint_id TEXT NOT NULL,"
         " queue TEXT NOT NULL, source TEXT, kind TEXT, title TEXT NOT NULL, spell BIGINT,"

@@ -5,7 +5,10 @@ from __future__ import annotations
 from domain.events import DomainEvent
 from domain.idempotency import KeyBound
 from domain.names import TODO_PREFIX, format_id
-from domain.todo import LeaseExpired, TodoCompleted, TodoFailed, TodoReleased, TodoRequeued
+from domain.todo import (
+    LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened,
+    TodoReleased, TodoRequeued,
+)
 from projections.base import Op
 
 _LIVE = "UPDATE sb_idempotency_keys SET live = %s WHERE todo_id = %s"
@@ -15,6 +18,7 @@ class IdempotencyKeys:
     name = "idempotency_keys"
     inline = False
     tables = ("sb_idempotency_keys",)
+    ignores = (TodoOpened, TodoClaimed, LeaseRenewed, TodoMoved)  # keys are bound by KeyBound; these keep them live
     ddl = (
         "CREATE TABLE IF NOT EXISTS sb_idempotency_keys (endpoint_id TEXT NOT NULL, key TEXT NOT NULL,"
         " todo_id TEXT NOT NULL, live INTEGER NOT NULL, PRIMARY KEY (endpoint_id, key))",
@@ -31,7 +35,7 @@ class IdempotencyKeys:
                 )]
         todo_id = format_id(TODO_PREFIX, event.originator_id)
         match event:
-            case TodoCompleted():
+            case TodoCompleted() | TodoDiscarded():
                 return [(_LIVE, (0, todo_id))]
             case TodoFailed() | LeaseExpired() | TodoReleased() if event.dead_letter:
                 return [(_LIVE, (0, todo_id))]

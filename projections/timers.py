@@ -9,8 +9,8 @@ from __future__ import annotations
 from domain.events import DomainEvent
 from domain.names import TODO_PREFIX, format_id
 from domain.todo import (
-    LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoReleased,
-    TodoRequeued,
+    LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened,
+    TodoReleased, TodoRequeued,
 )
 from projections.base import Op, micros
 
@@ -25,6 +25,7 @@ class DueTimers:
     name = "timers"
     inline = True
     tables = ("sb_timers",)
+    ignores = (TodoOpened, TodoMoved)  # a pending todo has no clock running
     ddl = (
         "CREATE TABLE IF NOT EXISTS sb_timers (todo_id TEXT PRIMARY KEY, kind TEXT NOT NULL,"
         " due_at BIGINT NOT NULL)",

@@ -22,6 +22,7 @@ class TodoRows:
     name = "todo_rows"
     inline = False
     tables = ("sb_todo_rows",)
+    ignores = ()
     ddl = (
         "CREATE TABLE IF NOT EXISTS sb_todo_rows (todo_id TEXT PRIMARY KEY, endpoint_id TEXT NOT NULL,"
         " queue TEXT NOT NULL, source TEXT NOT NULL, kind TEXT, title TEXT NOT NULL,"

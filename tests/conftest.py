@@ -13,12 +13,14 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 
-from application.ports import Clock, ManualClock
+from application.ports import Clock
+from tests.doubles import ManualClock
 from interfaces.bootstrap import Container, build
 from interfaces.settings import Settings
 
 PG_ADMIN_URL = os.environ.get("SWITCHBOARD_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 REQUIRE_PG = os.environ.get("SWITCHBOARD_REQUIRE_POSTGRES") == "1"
+TEST_PG_SECRET_KEY = "5b" * 32  # the same as tests/e2e/_support.py's PG_SECRET_KEY
 
 
 def _pg_reason() -> str | None:
@@ -96,7 +98,9 @@ def make_container(tmp_path) -> Iterator[Callable[..., Container]]:
     built: list[Container] = []
 
     def make(url: str, *, clock: Clock | None = None) -> Container:
-        container = build(Settings(database_url=url, data_dir=str(tmp_path)), clock=clock)
+        # on PostgreSQL a key must be explicit (CONTRACT §12); SQLite generates one in the data dir
+        key = TEST_PG_SECRET_KEY if url.startswith("postgresql") else None
+        container = build(Settings(database_url=url, data_dir=str(tmp_path), secret_key=key), clock=clock)
         built.append(container)
         return container
 

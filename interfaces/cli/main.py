@@ -127,7 +127,14 @@ def _container(args: argparse.Namespace):
     from interfaces.bootstrap import build
 
     settings = Settings.from_env().with_overrides(database_url=args.database_url)
-    return build(settings)
+    if args.base_url is not None:
+        settings = settings.with_overrides(base_url=args.base_url, base_url_explicit=True)
+    container = build(settings)
+    if not settings.base_url_explicit:  # mint URLs with the base URL `serve` recorded, if any
+        recorded = container.app.recorded_base_url()
+        if recorded is not None:
+            container.app.base_url = recorded
+    return container
 
 
 def cmd_serve(args: argparse.Namespace, out: Output) -> int:
@@ -137,8 +144,10 @@ def cmd_serve(args: argparse.Namespace, out: Output) -> int:
         database_url=args.database_url, host=args.host, port=args.port, base_url=args.base_url,
         data_dir=args.data_dir,
     )
-    if args.port is not None and args.base_url is None and "SWITCHBOARD_BASE_URL" not in __import__("os").environ:
-        settings = settings.with_overrides(base_url=f"http://{settings.host}:{settings.port}")
+    if args.base_url is not None:
+        settings = settings.with_overrides(base_url_explicit=True)
+    if not settings.base_url_explicit:
+        settings = settings.with_overrides(base_url=settings.listen_url())
     return serve(settings)
 
 
@@ -148,6 +157,27 @@ def cmd_operator_create(args, out: Output) -> int:
         password = sys.stdin.readline().rstrip("\r\n")
     return _act(args, out, lambda c: c.app.create_operator(args.name, password, caller=CLI),
         lambda r: f"operator {r['name']} created" + (f"\npassword: {r['password']}" if r["password"] else ""))
+
+
+def cmd_operator_reset_password(args, out: Output) -> int:
+    password = None
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    return _act(args, out, lambda c: c.app.reset_password(args.name, password, caller=CLI),
+        lambda r: f"password of operator {r['name']} reset" + (f"\npassword: {r['password']}" if r["password"] else ""))
+
+
+def cmd_secrets_reseal(args, out: Output) -> int:
+    from interfaces.crypto import AesGcmSecretBox
+    from interfaces.settings import check_secret_key
+
+    old = os.environ.get("SWITCHBOARD_SECRET_KEY_OLD")
+    if not old:
+        raise ConfigurationError("set SWITCHBOARD_SECRET_KEY_OLD to the key the secrets were sealed with")
+    old_box = AesGcmSecretBox(check_secret_key(old, "SWITCHBOARD_SECRET_KEY_OLD"))
+    return _act(args, out, lambda c: c.webhooks.reseal(old_box, caller=CLI),
+        lambda r: f"re-sealed {r['resealed']} webhook secret(s) under the current key;"
+                  f" {r['already_current']} already were")
 
 
 def cmd_operator_token(args, out: Output) -> int:
@@ -434,6 +464,9 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--database-url", default=argparse.SUPPRESS,
                         help="sqlite:///PATH or postgresql://user[:pw]@host[:port]/db (default: $SWITCHBOARD_DATABASE_URL)")
+    common.add_argument("--base-url", default=argparse.SUPPRESS,
+                        help="prefix of minted MCP and ingest URLs (default: $SWITCHBOARD_BASE_URL, else the one"
+                             " serve recorded in the store, else http://127.0.0.1:8080)")
     parser = _Parser(prog="switchboard", description="Webhooks in, durable leased todos out, for AI agents.",
                      parents=[common])
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
@@ -447,7 +480,6 @@ def build_parser() -> argparse.ArgumentParser:
     serve = command(groups, "serve", cmd_serve, "serve HTTP (board, API, ingest, MCP, metrics) and background work")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
-    serve.add_argument("--base-url")
     serve.add_argument("--data-dir")
 
     operator = groups.add_parser("operator", help="operators").add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -456,6 +488,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--password-stdin", action="store_true", help="read the password from the first line of stdin")
     p = command(operator, "token", cmd_operator_token, "mint an operator API token sbo_… (shown once)")
     p.add_argument("name")
+    p = command(operator, "reset-password", cmd_operator_reset_password,
+                "set a new password (prints a generated one once)")
+    p.add_argument("name")
+    p.add_argument("--password-stdin", action="store_true", help="read the password from the first line of stdin")
+
+    secrets_group = groups.add_parser("secrets", help="webhook signing secrets at rest").add_subparsers(
+        dest="action", required=True, parser_class=_Parser)
+    command(secrets_group, "reseal", cmd_secrets_reseal,
+            "re-seal every signing secret under SWITCHBOARD_SECRET_KEY (SWITCHBOARD_SECRET_KEY_OLD opens them)")
 
     endpoint = groups.add_parser("endpoint", help="agent endpoints").add_subparsers(dest="action", required=True, parser_class=_Parser)
     p = command(endpoint, "vend", cmd_endpoint_vend, "vend an endpoint (the credential is shown once)")
@@ -561,6 +602,8 @@ def _main(argv: Sequence[str] | None) -> int:
     args.argv = argv
     if not hasattr(args, "database_url"):
         args.database_url = None
+    if not hasattr(args, "base_url"):
+        args.base_url = None
     try:
         return args.func(args, out)
     except Usage as error:

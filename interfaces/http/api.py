@@ -30,6 +30,8 @@ from application.service import Switchboard
 from application.webhooks import Webhooks
 from domain.errors import InvalidArgument
 from interfaces.http.auth import api_guard, caller_of
+from interfaces.http.errors import error_response
+from interfaces.json_depth import TOO_DEEP, json_too_deep
 
 KEEPALIVE_SECONDS = 15.0
 RETRY_MILLISECONDS = 1000
@@ -336,10 +338,17 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed) -> Ro
     for handler in handlers:
         handler.responses = {**ERROR_RESPONSES, **(handler.responses or {})}
     return Router(
-        path="/api/v1", guards=[api_guard], security=SECURITY, tags=["operator"],
+        path="/api/v1", guards=[api_guard], security=SECURITY, tags=["operator"], before_request=refuse_deep_json,
         cache_control=CacheControlHeader(no_store=True),  # answers carry credentials and payloads
         route_handlers=handlers,
     )
+
+
+async def refuse_deep_json(request: Request) -> Response | None:
+    """After the guard, before the body is parsed: JSON nested too deep is a 400, never a 500."""
+    if request.method in ("POST", "PUT", "PATCH") and json_too_deep(await request.body()):
+        return error_response(TOO_DEEP, "invalid_argument")
+    return None
 
 
 async def _transitions(feed: TransitionFeed, owner: str | None, last: int | None,

@@ -16,13 +16,14 @@ from litestar.response import Redirect
 from litestar.static_files import create_static_files_router
 
 from domain.endpoint import EndpointRevoked
-from domain.todo import LeaseExpired, TodoMoved, TodoOpened, TodoReleased, TodoRequeued
+from domain.todo import BECOMES_CLAIMABLE
 from interfaces.bootstrap import Container
 from application.feed import TransitionFeed
 from interfaces.http.api import api_router
 from interfaces.http.auth import BoardRedirect, SessionCodec, add_security_headers
 from interfaces.http.board import board_routes
 from interfaces.http.errors import EXCEPTION_HANDLERS
+from interfaces.http.hygiene import request_guard
 from interfaces.http.ingest import ingest_route
 from interfaces.http.ratelimit import TokenBuckets
 from interfaces.http.metrics import metrics_route
@@ -31,8 +32,6 @@ from interfaces.mcp.doorbell import Doorbell
 from interfaces.store.rings import SqlRings
 from interfaces.version import VERSION
 
-# Events after which a todo may be pending: only they wake the doorbell's scan.
-MAKES_PENDING = (TodoOpened, TodoReleased, LeaseExpired, TodoRequeued, TodoMoved)
 HERE = Path(__file__).parent
 
 
@@ -87,7 +86,7 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
 
     def on_commit(recorded) -> None:
         feed.wake()  # the board's live view: read the log now, not at the next poll
-        if any(isinstance(r.event, MAKES_PENDING) for r in recorded):
+        if any(isinstance(r.event, BECOMES_CLAIMABLE) for r in recorded):
             doorbell.wake()  # a local todo became claimable: scan at once, not at the next poll
         if any(isinstance(r.event, EndpointRevoked) for r in recorded):
             mcp.revocation_seen()  # end that endpoint's sessions and streams at once
@@ -107,6 +106,7 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
         on_shutdown=[lambda: ingest_threads.shutdown(wait=True, cancel_futures=True)],
         lifespan=[mcp.lifespan],  # the MCP session manager runs once, for the app's lifetime
         before_send=[add_security_headers],
+        middleware=[request_guard(settings.body_timeout)],  # 431, 408, JSON depth: before any route
     )
     app.state.mcp = mcp
     app.state.feed = feed

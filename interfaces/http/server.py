@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -12,8 +15,15 @@ from types import FrameType
 import uvicorn
 
 from application.errors import ConfigurationError, StoreUnavailable
+from application.service import Caller
 from interfaces.bootstrap import Background, build
-from interfaces.settings import Settings, write_private
+from interfaces.settings import Settings, write_new_private
+from interfaces.store.database import DatabaseUrl
+
+SERVE = Caller("system", "serve")
+# Header blocks up to this size reach the app, which answers 431 above 64 KiB (interfaces/http/hygiene.py);
+# uvicorn's h11 parser refuses larger ones itself (400), with no body to read.
+H11_MAX_HEADER_BYTES = 1024 * 1024
 
 
 HTTP_STACK = {"http": "httptools", "loop": "uvloop"}
@@ -43,22 +53,106 @@ class _Uvicorn(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
+def _strerror(error: OSError) -> str:
+    return (error.strerror or str(error)).lower()  # "address already in use", "read-only file system"
+
+
+def check_writable_dir(path: Path, what: str) -> None:
+    """Creates the directory if need be and proves a file can be written in it (root ignores modes)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigurationError(f"cannot create {what} {path}: {_strerror(error)}") from None
+    try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".switchboard-write-check-"):
+            pass
+    except OSError as error:
+        raise ConfigurationError(f"cannot write {what} {path}: {_strerror(error)}") from None
+
+
+def check_paths(settings: Settings) -> None:
+    """The data dir, and the SQLite file with its directory (journal files live beside it), are writable."""
+    check_writable_dir(Path(settings.data_dir), "data dir")
+    url = DatabaseUrl.parse(settings.database_url)
+    if url.dialect != "sqlite" or url.path in ("", ":memory:"):
+        return
+    path = Path(url.path)
+    check_writable_dir(path.parent, "database directory")
+    if path.exists():
+        try:
+            os.close(os.open(path, os.O_RDWR))
+        except OSError as error:
+            raise ConfigurationError(f"cannot write database file {path}: {_strerror(error)}") from None
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """Binds and listens before anything starts, so a taken port is one line, not uvicorn's error later."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen(2048)
+        except BaseException:
+            sock.close()
+            raise
+    except OSError as error:
+        raise ConfigurationError(f"cannot listen on {host}:{port}: {_strerror(error)}") from None
+    return sock
+
+
+def check_key_opens_secrets(settings: Settings, container) -> None:
+    """The key opens every signing secret sealed in the store (never generating one that cannot)."""
+    sealed = container.webhooks.sealed_webhooks()
+    key_file = Path(settings.data_dir) / "secret-key"
+    if sealed and settings.secret_key is None and not key_file.exists():
+        raise ConfigurationError(
+            f"{key_file} is missing and {len(sealed)} webhook signing secret(s) are sealed in the store:"
+            " put the key back there or set SWITCHBOARD_SECRET_KEY to it")
+    container.webhooks.check_secrets_open(sealed)
+
+
+def uvicorn_config(app, settings: Settings, **options) -> uvicorn.Config:
+    """How `serve` runs uvicorn (tests start the same configuration in-process, per HTTP parser)."""
+    return uvicorn.Config(
+        app, host=settings.host, port=settings.port, log_level="warning", timeout_graceful_shutdown=3,
+        lifespan="on", h11_max_incomplete_event_size=H11_MAX_HEADER_BYTES, **{**HTTP_STACK, **options},
+    )
+
+
 def serve(settings: Settings) -> int:
-    """Runs until interrupted; a bad setting or an unreachable store is one line and exit 1."""
+    """Runs until interrupted; a bad setting, an unwritable path, a taken port or an unreachable
+    store is one line and exit 1, before anything says "serving"."""
+    sock = None
     try:
         settings.check()
+        check_paths(settings)
+        sock = listen(settings.host, settings.port)
         container = build(settings)
     except (ConfigurationError, StoreUnavailable) as error:
+        if sock is not None:
+            sock.close()
         print(f"switchboard: {error}", file=sys.stderr)
         return 1
     background = None
     try:
-        settings.resolved_secret_key()
-        password = container.app.ensure_admin()
+        try:
+            check_key_opens_secrets(settings, container)
+            settings.resolved_secret_key()  # a malformed key file: one line now, not at the first session
+            container.app.record_base_url(settings.base_url, caller=SERVE)
+            password = container.app.ensure_admin()
+        except (ConfigurationError, StoreUnavailable) as error:
+            print(f"switchboard: {error}", file=sys.stderr)
+            return 1
         if password is not None:
             path = Path(settings.data_dir) / "admin-password"
-            write_private(path, password + "\n")
-            print(f"created operator admin with password: {password}  (also in {path}, mode 0600)", flush=True)
+            if write_new_private(path, password + "\n"):
+                print(f"created operator admin with password: {password}  (also in {path}, mode 0600)", flush=True)
+            else:  # another store's admin password: never overwritten
+                print(f"created operator admin with password: {password}  (not written to {path}: it exists"
+                      " already, from another store)", flush=True)
         background = Background(container, projector_process=True).start()
         from interfaces.http.app import create_app
 
@@ -67,10 +161,7 @@ def serve(settings: Settings) -> int:
 
         app = create_app(container, on_startup=[announce])
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        config = uvicorn.Config(
-            app, host=settings.host, port=settings.port, log_level="warning", timeout_graceful_shutdown=3,
-            lifespan="on", **HTTP_STACK,
-        )
+        config = uvicorn_config(app, settings)
         def stopping() -> None:  # end MCP sessions and board streams, so open connections close at once
             app.state.mcp.stopping()
             app.state.feed.close()
@@ -79,7 +170,7 @@ def serve(settings: Settings) -> int:
         try:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, _raise_stopped)
-            server.run()
+            server.run(sockets=[sock])
         except _Stopped:  # a graceful stop by signal: clean up below, exit 0, no traceback
             return 0
         except SystemExit as stop:  # uvicorn exits 3 when it cannot bind; a refused start is 1 here
@@ -89,3 +180,4 @@ def serve(settings: Settings) -> int:
         if background is not None:
             background.close()
         container.close()
+        sock.close()

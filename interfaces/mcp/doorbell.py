@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from application.background import OutageLog
 from application.errors import StoreUnavailable, first_line
 from application.ports import Clock
 from domain.doorbell import RING_GRACE, ring_message
@@ -64,7 +65,8 @@ class Doorbell:
         self._turns: dict[str, int] = {}
         self._pruned = 0.0
         self._forgot_at: datetime | None = None
-        self._failing: str | None = None
+        self._failing = False
+        self._outage = OutageLog(log, "doorbell", f"scanning again every {poll:.1f} s")
 
     def wake(self) -> None:
         """Scan now (safe from any thread, e.g. the store's writer after a commit)."""
@@ -88,18 +90,16 @@ class Doorbell:
                     self._event.clear()
                     try:
                         await self.tick(tasks)
+                        self._outage.succeeded()
                         if self._failing:
-                            log.warning("doorbell: store is back" if self._failing == "store" else "doorbell recovered")
-                        self._failing = None
+                            log.warning("doorbell recovered")
+                        self._failing = False
                     except StoreUnavailable as error:  # an outage: one line now, one when it is back
-                        if self._failing != "store":
-                            log.warning("doorbell: store unavailable (%s); scanning again every %.1f s",
-                                        first_line(error), self.poll)
-                        self._failing = "store"
+                        self._outage.failed(error)
                     except Exception:  # keep ringing once it is mended
                         if not self._failing:
                             log.exception("doorbell scan failed (will retry)")
-                        self._failing = self._failing or "error"
+                        self._failing = True
                     await anyio.sleep(MIN_GAP)
         finally:
             self._loop = self._event = None

@@ -37,8 +37,10 @@ from litestar.types import Send as LitestarSend
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
-from application.errors import StoreUnavailable, first_line
+from application.background import OutageLog
+from application.errors import StoreUnavailable
 from domain.errors import DomainError
+from interfaces.json_depth import TOO_DEEP, json_too_deep
 from interfaces.mcp.doorbell import Doorbell
 from interfaces.mcp.server import PRINCIPAL, Principal, build_server, run_tool
 from interfaces.mcp.sessions import SessionManager, SessionRegistry
@@ -177,7 +179,8 @@ class McpGateway:
             max_request_body_size=MAX_BODY, json_response=True,
         )
         self.revocation_sweep = revocation_sweep
-        self._sweep_failing = self._sweep_failed = False
+        self._sweep_failed = False
+        self._sweep_outage = OutageLog(log, "revocation sweep", f"sweeping again every {revocation_sweep:.0f} s")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: anyio.Event | None = None
         self._revoked: asyncio.Event | None = None
@@ -237,9 +240,8 @@ class McpGateway:
                 for session in self.registry.of_endpoint(endpoint_id):
                     log.info("ending MCP session %s of revoked endpoint %s", session.session_id[:8], slug)
                     await self.manager.end(session.session_id)
-            if self._sweep_failing and not self._sweep_failed:
-                log.warning("revocation sweep: store is back")
-                self._sweep_failing = False
+            if not self._sweep_failed:
+                self._sweep_outage.succeeded()
 
     async def _still_active(self, slug: str) -> bool:
         try:
@@ -247,10 +249,8 @@ class McpGateway:
         except DomainError:
             return False
         except StoreUnavailable as error:  # an outage is not a revocation: one line, look again next sweep
-            if not self._sweep_failing:
-                log.warning("revocation sweep: store unavailable (%s); sweeping again every %.0f s",
-                            first_line(error), self.revocation_sweep)
-            self._sweep_failing = self._sweep_failed = True
+            self._sweep_outage.failed(error)
+            self._sweep_failed = True
         except Exception:  # any other failure is not a revocation either: look again on the next sweep
             log.warning("revocation sweep could not load endpoint %s", slug, exc_info=True)
         return True
@@ -296,6 +296,8 @@ class McpGateway:
                 body, rest = await _read_body(scope, receive)
             except _TooLarge:
                 return await _refuse(send, 413, "payload_too_large", f"request body over {MAX_BODY} bytes")
+            if json_too_deep(body):  # the SDK's parser would recurse into a RecursionError
+                return await _refuse(send, 400, "invalid_argument", TOO_DEEP)
         version = _header(scope, MCP_PROTOCOL_VERSION_HEADER)
         if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
             return await self._refuse_modern_era(send, version, _request_id(body))

@@ -37,9 +37,7 @@ from domain.errors import DomainError
 from domain.events import Aggregate, DomainEvent
 from domain.idempotency import IdempotencyKey
 from domain.names import TODO_PREFIX, format_id
-from domain.todo import (
-    LeaseExpired, Todo, TodoClaimed, TodoFailed, TodoOpened, TodoReleased, TodoRequeued,
-)
+from domain.todo import MAY_BECOME_CLAIMABLE, Todo, TodoClaimed
 from interfaces.store.codec import EventCodec
 from interfaces.store.database import (
     DEFAULT_POOL_SIZE, POOL_WAIT, Database, DatabaseUrl, LockBusy, Tx, first_line,
@@ -64,7 +62,6 @@ CACHE_SIZE = 50_000
 # Aggregates whose every change goes through a version check; others are always read fresh
 # because a command may rely on them without writing them (an endpoint's revocation).
 CACHEABLE = (Todo, IdempotencyKey)
-_MAKES_CLAIMABLE = (TodoOpened, TodoReleased, LeaseExpired, TodoRequeued, TodoFailed)
 
 
 class _Job:
@@ -266,6 +263,7 @@ class SqlEventStore:
                 self.datastore.db = self.db
                 self.recorder = PostgresEventRecorder(self.datastore, url=url)
                 self.recorder.on_unsure = self._store_down
+                self.recorder.connections = self.db.connection
             if self.url.dialect == "postgres":
                 with self.db.transaction() as tx:
                     tx.execute("SELECT pg_advisory_xact_lock(715517)")
@@ -492,11 +490,11 @@ class SqlEventStore:
     def _prefetch_candidates(self, batch: _Batch, events: list[DomainEvent]) -> None:
         """Reads the next batch's candidates while this batch commits (the query overlaps the I/O).
 
-        Todos this batch claims are left out; a batch that makes any todo claimable (open,
-        release, lapse, requeue, fail) prefetches nothing, so no candidate is ever missed.
+        Todos this batch claims are left out; a batch after which any todo may become claimable
+        (`MAY_BECOME_CLAIMABLE`) prefetches nothing, so no candidate is ever missed.
         """
         self._prefetch.clear()
-        if not batch.candidates or any(isinstance(e, _MAKES_CLAIMABLE) for e in events):
+        if not batch.candidates or any(isinstance(e, MAY_BECOME_CLAIMABLE) for e in events):
             return
         claimed = frozenset(e.originator_id for e in events if isinstance(e, TodoClaimed))
         now = self.clock.now()

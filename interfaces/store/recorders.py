@@ -24,7 +24,7 @@ from psycopg.sql import SQL, Identifier
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 
-from application.errors import CommitOutcomeUnknown
+from application.errors import CommitOutcomeUnknown, StoreUnavailable
 from interfaces.store.database import DatabaseUrl, first_line, idle_and_sound, plan_per_run, run_ops
 from projections.base import Op
 
@@ -77,6 +77,9 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
         self._local = threading.local()
         self.on_unsure: Any = None
         """Called with the error when a commit's answer was lost and its outcome is looked for."""
+        self.connections: Any = None
+        """A pooled connection for the look-up (`Database.connection`): the pool may hold the last
+        free slots of a cluster out of connections; else a fresh connection is opened."""
         self._insert_arrays = SQL(
             "INSERT INTO {table} (originator_id, originator_version, topic, state)"
             " SELECT * FROM unnest(%b::uuid[], %b::bigint[], %b::text[], %b::bytea[])"
@@ -150,6 +153,11 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
                     return ids
             raise OperationalError(error) from error
 
+    def _lookup_connection(self) -> Any:
+        if self.connections is not None:
+            return self.connections()
+        return psycopg.connect(self._url.conninfo(application_name="switchboard-resolver"), autocommit=True)
+
     def _outcome(self, session: str, columns: tuple[list, ...], error: psycopg.Error) -> list[int] | None:
         """Whether the append whose answer was lost committed: its notification ids, or None.
 
@@ -163,8 +171,7 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
         deadline = time.monotonic() + RESOLVE_FOR
         while True:
             try:
-                with psycopg.connect(self._url.conninfo(application_name="switchboard-resolver"),
-                                     autocommit=True) as conn:
+                with self._lookup_connection() as conn:
                     if session:
                         ended = conn.execute(
                             "SELECT pg_terminate_backend(pid, %s) FROM pg_stat_activity"
@@ -182,13 +189,13 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
                         columns,
                     ).fetchall()
                 break
-            except psycopg.Error as retry:
+            except (psycopg.Error, StoreUnavailable) as retry:
                 if time.monotonic() >= deadline:
-                    log.info("writer: could not learn whether a commit committed: %s", first_line(retry))
+                    log.debug("writer: could not learn whether a commit committed: %s", first_line(retry))
                     raise CommitOutcomeUnknown(
                         "store down: whether this was stored is unknown (retrying it is safe)"
                     ) from None
                 time.sleep(RESOLVE_PAUSE)
         ours = len(rows) == len(columns[0]) and all(same for _, _, same in rows)
-        log.info("writer: a commit whose answer was lost %s", "had committed" if ours else "had not committed")
+        log.debug("writer: a commit whose answer was lost %s", "had committed" if ours else "had not committed")
         return [position for _, position, _ in rows] if ours else None

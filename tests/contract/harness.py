@@ -11,7 +11,7 @@ from typing import Any
 import argon2
 import pytest
 
-from application.ports import ManualClock
+from tests.doubles import ManualClock
 from application.service import Caller, Switchboard
 from interfaces.bootstrap import Container
 

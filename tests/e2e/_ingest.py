@@ -22,7 +22,7 @@ import psycopg
 from application.service import Caller
 from interfaces.bootstrap import Container, build
 from interfaces.settings import Settings
-from tests.e2e._support import Cli, Server
+from tests.e2e._support import PG_SECRET_KEY, Cli, Server
 from tests.fixtures import sign
 
 CLI = Caller.cli()
@@ -55,6 +55,8 @@ class Stack:
     def __init__(self, url: str, data_dir: Path, *, name: str = "serve", secret_key: str | None = None,
                  **server_env: str) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
+        if secret_key is None and url.startswith("postgresql"):
+            secret_key = PG_SECRET_KEY  # serve on PostgreSQL needs an explicit key
         self.url = url
         self.data_dir = data_dir
         keyed = {"SWITCHBOARD_SECRET_KEY": secret_key} if secret_key else {}

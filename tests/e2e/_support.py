@@ -24,6 +24,15 @@ import psycopg
 CLI_MODULE = [sys.executable, "-m", "interfaces.cli.main"]
 SWITCHBOARD_SCRIPT = str(Path(sys.executable).with_name("switchboard"))
 UNREACHABLE_PG = "postgresql://postgres@127.0.0.1:1/x"
+# On PostgreSQL `serve` needs an explicit key (CONTRACT §12): Server and Cli pass this one unless
+# the test gives its own.
+PG_SECRET_KEY = "5b" * 32
+
+
+def _keyed(url: str | None, env: dict[str, str]) -> dict[str, str]:
+    if url and url.startswith("postgresql") and "SWITCHBOARD_SECRET_KEY" not in env:
+        return {"SWITCHBOARD_SECRET_KEY": PG_SECRET_KEY, **env}
+    return env
 
 
 def clean_env(data_dir: Path, **extra: str) -> dict[str, str]:
@@ -92,7 +101,7 @@ class Cli:
 
     def env(self, **extra: str) -> dict[str, str]:
         settings = {"SWITCHBOARD_DATABASE_URL": self.url} if self.url else {}
-        return clean_env(self.data_dir, **(settings | extra))
+        return clean_env(self.data_dir, **_keyed(self.url, settings | extra))
 
     def run(self, *args: str, stdin: str | None = None, env: dict[str, str] | None = None,
             timeout: float = 30) -> Result:
@@ -162,7 +171,7 @@ class Server:
         self.out_path = logs / f"{name}.stdout"
         self.err_path = logs / f"{name}.stderr"
         settings = {"SWITCHBOARD_DATABASE_URL": url} if url else {}
-        self.env = clean_env(data_dir, **(settings | env))
+        self.env = clean_env(data_dir, **_keyed(url, settings | env))
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Server:
@@ -225,7 +234,8 @@ def run_serve(
     data_dir.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         [SWITCHBOARD_SCRIPT, "serve", "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL, text=True, env=clean_env(data_dir, **env), cwd=data_dir,
+        stdin=subprocess.DEVNULL, text=True, env=clean_env(data_dir, **_keyed(env.get("SWITCHBOARD_DATABASE_URL"), env)),
+        cwd=data_dir,
     )
     try:
         stdout, stderr = proc.communicate(timeout=timeout)

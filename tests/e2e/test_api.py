@@ -28,7 +28,7 @@ import pytest
 from interfaces.http.auth import COOKIE, Session, SessionCodec
 from tests.e2e._ingest import EVENT_ID, REDACTED, TODO_ID, Stack
 
-SECRET_KEY = "api-e2e-secret-key-" + "k" * 40
+SECRET_KEY = "ae" * 32  # 64 hex characters (CONTRACT §12)
 QUEUES = ("inbox", "other")
 ROW_KEYS = {
     "id", "queue", "source", "kind", "title", "state", "trust_mode", "owner", "attempt", "max_attempts",

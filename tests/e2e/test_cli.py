@@ -8,7 +8,7 @@ import subprocess
 import time
 from datetime import datetime, timedelta, timezone
 
-from application.ports import ManualClock
+from tests.doubles import ManualClock
 from application.service import Caller
 from tests.e2e._support import CLI_MODULE, ISO, UNREACHABLE_PG, Cli, execute_sql, pairs
 

@@ -19,7 +19,7 @@ import anyio.to_thread
 import httpx
 import pytest
 
-from application.ports import ManualClock
+from tests.doubles import ManualClock
 from application.service import Caller
 from interfaces.bootstrap import Background
 from tests.e2e._ingest import Stack

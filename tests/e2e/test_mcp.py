@@ -322,10 +322,13 @@ def test_round_trip_from_a_signed_delivery_to_a_completed_todo(stack):
             rows = await call(client, "list_todos", state="done")
             assert [r["id"] for r in rows["todos"]] == [todo["id"]]
             assert "payload" not in rows["todos"][0]
+            assert "next_cursor" not in rows  # every row is on this page
             events = await call(client, "list_webhook_events", webhook_id=hook["webhook_id"])
             assert [e["id"] for e in events["events"]] == [accepted["event_id"]]
+            assert events["events"][0]["delivery_id"] == headers["x-github-delivery"]  # GitHub's own id
             event = await call(client, "get_webhook_event", id=accepted["event_id"])
             assert event["headers"]["x-hub-signature-256"] == "«redacted»"
+            assert event["delivery_id"] == headers["x-github-delivery"]
 
     anyio.run(scenario)
 

@@ -204,7 +204,7 @@ def test_an_operator_streams_only_its_own_todos_and_agents_cannot_stream(stack):
 def test_two_servers_share_one_board_session_and_one_feed(pg_url, tmp_path):
     """Behind a balancer: a session signed in on one server works on the other (same secret key),
     and a stream on one carries what the other writes, within a second, resumable on either."""
-    key = "k" * 64
+    key = "5c" * 32  # 64 hex characters (CONTRACT §12)
     servers = []
     for name in ("first", "second"):
         logs = tmp_path / name
