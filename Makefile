@@ -3,8 +3,16 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
+RUN_STAMP := $(VENV)/.installed-run
 
 .PHONY: run test test-quick bench bench-faults clean
+
+# make run needs the runtime dependencies only (no test tools); make test adds the dev extras.
+$(RUN_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $(RUN_STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,7 +21,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 ## make run: serve on SQLite under ./var/ (prints the board URL and, first time, the admin password)
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(VENV)/bin/switchboard serve
 
 ## make test: the whole suite (PostgreSQL tests skip when none is reachable)

@@ -11,7 +11,7 @@ import json
 import re
 import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 from uuid import UUID
@@ -113,6 +113,9 @@ class Views(Protocol):
 
     def queue_counts(self, endpoint_ids: Sequence[str] | None = None) -> list[dict[str, Any]]: ...
 
+    def fault_traces(self, todo_ids: Sequence[str], endpoint_ids: Sequence[str] | None,
+                     ) -> dict[str, dict[str, Any]]: ...
+
     def list_endpoints(self, *, owner: str | None) -> list[dict[str, Any]]: ...
 
     def endpoint_ids_of(self, owner: str) -> list[str]: ...
@@ -186,10 +189,7 @@ class Switchboard:
         """Creates an operator; returns the generated password when none was given."""
         check_operator_name(name)
         generated = password is None
-        password = password if password is not None else secrets.token_urlsafe(18)
-        if len(password) < 8:
-            raise InvalidArgument("password must be at least 8 characters")
-        password_hash = self.hasher.hash(password)
+        password, password_hash = self._new_password(password)
 
         def handler(uow: UnitOfWork) -> None:
             if uow.get(Operator, operator_uuid(name)) is not None:
@@ -198,6 +198,13 @@ class Switchboard:
 
         self.store.run(handler)
         return {"name": name, "password": password if generated else None}
+
+    def _new_password(self, password: str | None) -> tuple[str, str]:
+        """The given password (at least 8 characters) or a generated one, with its hash."""
+        password = password if password is not None else secrets.token_urlsafe(18)
+        if len(password) < 8:
+            raise InvalidArgument("password must be at least 8 characters")
+        return password, self.hasher.hash(password)
 
     def ensure_admin(self) -> str | None:
         """On an empty store, creates operator `admin`; returns its password, else None."""
@@ -212,10 +219,7 @@ class Switchboard:
         """Sets a new password (an event); returns the generated one when none was given."""
         check_operator_name(name)
         generated = password is None
-        password = password if password is not None else secrets.token_urlsafe(18)
-        if len(password) < 8:
-            raise InvalidArgument("password must be at least 8 characters")
-        password_hash = self.hasher.hash(password)
+        password, password_hash = self._new_password(password)
 
         def handler(uow: UnitOfWork) -> None:
             operator = uow.get(Operator, operator_uuid(name))
@@ -705,17 +709,25 @@ class Switchboard:
             raise NotFound(f"todo {todo_id} not found")
         return todo
 
-    def history(self, todo_id: str, *, caller: Caller) -> dict[str, Any]:
-        """Every event of a todo in order, with position, version, time, type, actor, cause and data."""
+    def history(self, todo_id: str, *, caller: Caller, payloads: bool = True) -> dict[str, Any]:
+        """Every event of a todo in order, with position, version, time, type, actor, cause and data.
+
+        With `payloads=False` an event's `payload` is left out of its data (named in `omitted`), and
+        never converted: a reader that shows the payload elsewhere does not pay for it twice."""
         todo = self._visible_todo(todo_id, caller)
         events = []
         for recorded in self.store.stream(todo.id):
-            data = self.store.event_data(recorded.event)
+            event, omitted = recorded.event, []
+            if not payloads and getattr(event, "payload", None) is not None:
+                event, omitted = replace(event, payload=None), ["payload"]
+            data = self.store.event_data(event)
             time, actor, cause = data.pop("timestamp"), data.pop("actor"), data.pop("cause")
+            for name in omitted:
+                data.pop(name, None)
             events.append({
                 "position": recorded.position, "version": recorded.event.originator_version,
                 "time": time, "type": type(recorded.event).__name__, "actor": actor, "cause": cause,
-                "data": _shown(data),
+                "data": _shown(data), **({"omitted": omitted} if omitted else {}),
             })
         return {"todo_id": todo.todo_id, "events": events}
 
@@ -774,6 +786,14 @@ class Switchboard:
             endpoint_ids = None if caller.superuser else self.views.endpoint_ids_of(caller.name)
         self.views.catch_up()
         return self.views.queue_counts(endpoint_ids)
+
+    def fault_traces(self, todo_ids: Sequence[str], *, caller: Caller) -> dict[str, dict[str, Any]]:
+        """Why each of these quarantined todos was held (its fault trace), for an operator's own todos."""
+        if caller.kind != "operator":
+            raise Forbidden("fault traces are for operators")
+        self.views.catch_up()
+        endpoint_ids = None if caller.superuser else self.views.endpoint_ids_of(caller.name)
+        return self.views.fault_traces(list(todo_ids), endpoint_ids)
 
     def audit(self, *, after: int = 0, page: int = 1000):
         """The whole event log from a position, as JSON-ready records naming aggregates by public id."""

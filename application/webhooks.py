@@ -588,13 +588,7 @@ class Webhooks:
 
     def get_event(self, event_id: str, *, caller: Caller) -> dict[str, Any]:
         """One delivery with redacted headers and payload, and the sender's delivery id."""
-        parsed = parse_id(DELIVERY_PREFIX, event_id)
-        delivery = self.store.load(Delivery, parsed) if parsed else None
-        if delivery is None:
-            raise NotFound(f"event {event_id} not found")
-        owner = self.store.load(Endpoint, endpoint_uuid_of(delivery.endpoint_id))
-        if owner is None or not self.app.owns(caller, owner):
-            raise NotFound(f"event {event_id} not found")
+        delivery = self._visible_delivery(event_id, caller)
         payload = parse_payload(delivery.body, delivery.content_type)
         return {
             "id": delivery.event_id, "delivery_id": delivery_id_of(delivery.delivery_key),
@@ -606,3 +600,18 @@ class Webhooks:
             "disposition": delivery.disposition, "routing": delivery.routing, "todos": delivery.todos,
             "received_at": iso(delivery.received_at),
         }
+
+    def event_body(self, event_id: str, *, caller: Caller) -> tuple[bytes, str | None]:
+        """A delivery's raw body exactly as received, and its content type."""
+        delivery = self._visible_delivery(event_id, caller)
+        return delivery.body, delivery.content_type
+
+    def _visible_delivery(self, event_id: str, caller: Caller) -> Delivery:
+        parsed = parse_id(DELIVERY_PREFIX, event_id)
+        delivery = self.store.load(Delivery, parsed) if parsed else None
+        if delivery is None:
+            raise NotFound(f"event {event_id} not found")
+        owner = self.store.load(Endpoint, endpoint_uuid_of(delivery.endpoint_id))
+        if owner is None or not self.app.owns(caller, owner):
+            raise NotFound(f"event {event_id} not found")
+        return delivery

@@ -6,6 +6,7 @@ from projections.deliveries import Deliveries
 from projections.delivery_ids import DeliveryIds
 from projections.directory import Directory
 from projections.doorbell import Doorbells
+from projections.fault_traces import FaultTraces
 from projections.idempotency_keys import IdempotencyKeys
 from projections.timers import DueTimers
 from projections.todo_rows import TodoRows
@@ -14,4 +15,4 @@ from projections.todo_rows import TodoRows
 def all_projections():
     """Every projection, inline ones first."""
     return (ClaimableQueue(), DueTimers(), Doorbells(), TodoRows(), IdempotencyKeys(), Directory(), Deliveries(),
-            Counters(), DeliveryIds())
+            Counters(), DeliveryIds(), FaultTraces())

@@ -151,18 +151,18 @@ def cmd_serve(args: argparse.Namespace, out: Output) -> int:
     return serve(settings)
 
 
+def _password_from_stdin(args) -> str | None:
+    return sys.stdin.readline().rstrip("\r\n") if args.password_stdin else None
+
+
 def cmd_operator_create(args, out: Output) -> int:
-    password = None
-    if args.password_stdin:
-        password = sys.stdin.readline().rstrip("\r\n")
+    password = _password_from_stdin(args)
     return _act(args, out, lambda c: c.app.create_operator(args.name, password, caller=CLI),
         lambda r: f"operator {r['name']} created" + (f"\npassword: {r['password']}" if r["password"] else ""))
 
 
 def cmd_operator_reset_password(args, out: Output) -> int:
-    password = None
-    if args.password_stdin:
-        password = sys.stdin.readline().rstrip("\r\n")
+    password = _password_from_stdin(args)
     return _act(args, out, lambda c: c.app.reset_password(args.name, password, caller=CLI),
         lambda r: f"password of operator {r['name']} reset" + (f"\npassword: {r['password']}" if r["password"] else ""))
 

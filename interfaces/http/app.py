@@ -12,6 +12,7 @@ from litestar import Litestar, MediaType, Request, Response, get
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
+from litestar.exceptions import HTTPException
 from litestar.response import Redirect
 from litestar.static_files import create_static_files_router
 
@@ -21,8 +22,8 @@ from interfaces.bootstrap import Container
 from application.feed import TransitionFeed
 from interfaces.http.api import api_router
 from interfaces.http.auth import BoardRedirect, SessionCodec, add_security_headers
-from interfaces.http.board import board_routes
-from interfaces.http.errors import EXCEPTION_HANDLERS
+from interfaces.http.board import NOT_BOARD, Board, board_routes
+from interfaces.http.errors import EXCEPTION_HANDLERS, http_error_handler
 from interfaces.http.hygiene import request_guard
 from interfaces.http.ingest import ingest_route
 from interfaces.http.ratelimit import TokenBuckets
@@ -92,16 +93,25 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
             mcp.revocation_seen()  # end that endpoint's sessions and streams at once
 
     store.subscribe(on_commit)
+    board = Board(container)
+
+    def http_error(request: Request, error: HTTPException) -> Response:
+        """No route: a browser's GET of a board path gets an HTML page; anything else the JSON error body."""
+        if (error.status_code == 404 and request.method in ("GET", "HEAD")
+                and not request.url.path.startswith(NOT_BOARD)):
+            return board.not_found(request)
+        return http_error_handler(request, error)
+
     route_handlers = [
         healthz, ingest_route(container.webhooks, buckets, ingest_threads), mcp_route(mcp),
         create_static_files_router(path="/static", directories=[HERE / "static"], include_in_schema=False),
         metrics_route(container),
         api_router(container.app, container.webhooks, feed),
-        *board_routes(container),
+        *board_routes(container, board),
     ]
     app = Litestar(
         route_handlers=route_handlers,
-        exception_handlers={**EXCEPTION_HANDLERS, BoardRedirect: to_login},
+        exception_handlers={**EXCEPTION_HANDLERS, HTTPException: http_error, BoardRedirect: to_login},
         openapi_config=openapi_config(), on_startup=list(on_startup),
         on_shutdown=[lambda: ingest_threads.shutdown(wait=True, cancel_futures=True)],
         lifespan=[mcp.lifespan],  # the MCP session manager runs once, for the app's lifetime

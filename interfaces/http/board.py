@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,6 +29,7 @@ from litestar.params import FromPath, FromQuery, QueryParameter, URLEncodedBody
 from litestar.response import Redirect
 
 from application.service import Caller
+from application.webhooks import DEFAULT_REPLAY_LAST  # the replay's default N, the CLI's too
 from domain.endpoint import ALL_VERBS, DEFAULT_WEBHOOK_MAX, SOURCE_TYPES, parse_lifetime
 from domain.errors import DomainError, InvalidArgument, NotFound
 from domain.names import QUARANTINE
@@ -44,7 +46,9 @@ TEMPLATES = Path(__file__).parent / "templates"
 PARTIAL_HEADER = "x-board-partial"
 TODOS_SHOWN = 200
 EVENTS_SHOWN = 50
-REPLAY_DEFAULT_LAST = 100
+PAYLOAD_SHOWN_BYTES = 256 * 1024  # a payload over this is shown cut, with a link to download it whole
+# paths that are not the board's: an unknown one there stays a JSON 404 (`errors.http_error_handler`)
+NOT_BOARD = ("/api/", "/mcp", "/webhooks/w/", "/metrics", "/healthz", "/schema", "/static/")
 PASSWORD_MAX_CHARS = 1024
 FAILED_LOGIN_RATE, FAILED_LOGIN_BURST = 0.2, 10  # 10 wrong passwords at once, then one per 5 s
 # `?done=<key>` after a successful POST: a fixed vocabulary, so a link cannot put words on the page
@@ -94,6 +98,28 @@ def size(value: int | None) -> str:
             return f"{value} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return str(value)
+
+
+def rule_number(trace: dict[str, Any] | None) -> int | None:
+    """The rule a trace names, as a person counts it (from 1); `rule_index` in data counts from 0."""
+    index = (trace or {}).get("rule_index")
+    return index + 1 if isinstance(index, int) and not isinstance(index, bool) else None
+
+
+def excerpt(value: Any, limit: int = PAYLOAD_SHOWN_BYTES) -> str:
+    """At most `limit` bytes of `pretty(value)`, encoding only what is shown (a cut never pays for the
+    rest); a cut falls on a character boundary."""
+    if isinstance(value, str):
+        text = value[:limit]
+    else:
+        parts, length = [], 0
+        for chunk in json.JSONEncoder(indent=2, ensure_ascii=False).iterencode(value):
+            parts.append(chunk)
+            length += len(chunk)  # characters: at least one byte each, so `limit` characters suffice
+            if length >= limit:
+                break
+        text = "".join(parts)
+    return text.encode()[:limit].decode(errors="ignore")
 
 
 def _parse_time(value: str | None) -> datetime | None:
@@ -160,6 +186,12 @@ def safe_next(value: str | None) -> str:
     return value
 
 
+def _download(body: bytes, filename: str, media_type: str) -> Response:
+    """An attachment: the browser saves it, never renders it (a sender's body is not ours to display)."""
+    return Response(body, media_type=media_type, headers={
+        "content-disposition": f'attachment; filename="{filename}"', "cache-control": "no-store"})
+
+
 def _error_text(error: DomainError) -> str:
     return f"{error.code}: {error.message}"
 
@@ -174,7 +206,15 @@ class Board:
             loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(default=True, default_for_string=True),
             trim_blocks=True, lstrip_blocks=True,
         )
-        self.env.filters.update(pretty=pretty, compact=compact, when=when, size=size)
+        self.env.filters.update(pretty=pretty, compact=compact, when=when, size=size, rule_number=rule_number,
+                                excerpt=excerpt)
+        self.env.globals.update(shown_bytes=PAYLOAD_SHOWN_BYTES)
+        # compiling a page's templates takes ~0.1-0.3 s: do it now, off the request path, not on its first view
+        threading.Thread(target=self.compile_templates, name="switchboard-board-templates", daemon=True).start()
+
+    def compile_templates(self) -> None:
+        for name in self.env.list_templates(extensions=["html"]):
+            self.env.get_template(name)
 
     def render(self, request: Request, template: str, *, status: int = 200, session: Session | None = None,
                headers: dict[str, str] | None = None, **context: Any) -> Response:
@@ -196,6 +236,11 @@ class Board:
         status = STATUS_BY_CODE.get(error.code, 400)
         heading = "Not found" if status == 404 else "Refused"
         return self.render(request, "error.html", status=status, heading=heading, error=_error_text(error))
+
+    def not_found(self, request: Request) -> Response:
+        """An unknown board page: the board's own 404 page (an unknown API path stays JSON)."""
+        return self.render(request, "error.html", status=404, heading="Not found",
+                           error=f"There is no page at {request.url.path}.")
 
     def http_refusal(self, request: Request, error: HTTPException) -> Response:
         """Litestar's own refusals on board routes (bad CSRF token, bad query) as HTML."""
@@ -239,8 +284,10 @@ class Board:
             ("quarantine", "Quarantine", link(queue=QUARANTINE)),
         ]
         current = "quarantine" if queue == QUARANTINE and state is None else (state or "all")
+        held = [r["id"] for r in rows if r["queue"] == QUARANTINE]
         return {
-            "rows": rows, "counts": self.counts(caller, endpoint, queue), "tabs": tabs, "current": current,
+            "rows": rows, "faults": self.app.fault_traces(held, caller=caller) if held else {},
+            "counts": self.counts(caller, endpoint, queue), "tabs": tabs, "current": current,
             "state": state, "queue": queue, "endpoint": endpoint, "endpoints": endpoints, "queues": queues,
             "shown": TODOS_SHOWN, "live_src": request.url.path + (
                 f"?{request.url.query}" if request.url.query else ""),
@@ -248,7 +295,10 @@ class Board:
 
     def todo_context(self, caller: Caller, todo_id: str) -> dict[str, Any]:
         todo = self.app.get_todo(todo_id, caller=caller)
-        history = self.app.history(todo_id, caller=caller)["events"]
+        history = self.app.history(todo_id, caller=caller, payloads=False)["events"]
+        for event in history:  # the payload is shown once, in its own panel
+            if "payload" in event.get("omitted", ()):
+                event["data"]["payload"] = f"«{size(todo['payload_size'])}, shown under Payload»"
         endpoint = next((e for e in self.app.list_endpoints(caller=caller)
                          if e["endpoint_id"] == todo["endpoint_id"]), None)
         retry_at = _parse_time(todo["next_retry_at"])
@@ -280,22 +330,23 @@ class Board:
             "deliveries": self.webhooks.list_events(caller=caller, webhook_id=webhook["webhook_id"],
                                                     limit=EVENTS_SHOWN)["events"],
             "rules_text": rules_text if rules_text is not None else json.dumps(document, indent=2, ensure_ascii=False),
-            "saved_rules": len(rules["rules"]), "last": REPLAY_DEFAULT_LAST, "event_id": None,
+            "saved_rules": len(rules["rules"]), "last": DEFAULT_REPLAY_LAST, "event_id": None,
             "test": None, "replay": None, "section": "webhooks",
         }
 
 
-def board_routes(container: Container) -> list:
-    """The board's routes: a public router (`/`, `/login`) and one guarded by `board_guard` for every page."""
-    board = Board(container)
+def board_routes(container: Container, board: Board | None = None) -> list:
+    """The board's routes: a public router (`/login`) and one guarded by `board_guard` for every page."""
+    board = board or Board(container)
     app = container.app
     webhooks = container.webhooks
     failed_logins = TokenBuckets(FAILED_LOGIN_RATE, FAILED_LOGIN_BURST)  # per address, this process
 
     # -- sign-in ----------------------------------------------------------------------------------
 
-    @get("/", include_in_schema=False)
+    @get("/")
     async def index() -> Redirect:
+        """Signed in: the Todos view; else `board_guard` sends the browser to sign in, then back here."""
         return Redirect("/todos", status_code=303)
 
     @get("/login", sync_to_thread=True, include_in_schema=False)
@@ -360,7 +411,18 @@ def board_routes(container: Container) -> list:
         context = board.todo_context(caller_of(request), todo_id)
         if partial or request.headers.get(PARTIAL_HEADER):
             return board.render(request, "_todo_live.html", **context)
-        return board.render(request, "todo.html", section="todos", **context)
+        section = "quarantine" if context["quarantined"] else "todos"
+        return board.render(request, "todo.html", section=section, **context)
+
+    @get("/todos/{todo_id:str}/payload", sync_to_thread=True)
+    def todo_payload(request: Request, todo_id: FromPath[str]) -> Response:
+        """The whole payload, as a download (the page shows at most PAYLOAD_SHOWN_BYTES of it)."""
+        todo = app.get_todo(todo_id, caller=caller_of(request))
+        payload = todo["payload"]
+        if isinstance(payload, str):  # a body that was not JSON, kept as text
+            return _download(payload.encode(), f"{todo['id']}-payload.txt", "text/plain; charset=utf-8")
+        return _download(json.dumps(payload, ensure_ascii=False).encode(), f"{todo['id']}-payload.json",
+                         "application/json")
 
     def finish(todo_id: str, form: dict[str, Any] | None, caller: Caller, command) -> None:
         command(todo_id, caller=caller, result=_json(form, "result", "result"),
@@ -505,7 +567,7 @@ def board_routes(container: Container) -> list:
         context["event_id"] = _text(data, "event_id") or None
         try:
             last = _int(data, "last", "last N")
-            context["last"] = last if last is not None else REPLAY_DEFAULT_LAST
+            context["last"] = last if last is not None else DEFAULT_REPLAY_LAST
             try:
                 candidate = json.loads(text)
             except ValueError as error:
@@ -563,6 +625,14 @@ def board_routes(container: Container) -> list:
         event = webhooks.get_event(event_id, caller=caller_of(request))
         return board.render(request, "event.html", section="events", event=event)
 
+    @get("/events/{event_id:str}/body", sync_to_thread=True)
+    def event_body(request: Request, event_id: FromPath[str]) -> Response:
+        """The delivery's body exactly as received, as a download."""
+        body, content_type = webhooks.event_body(event_id, caller=caller_of(request))
+        json_body = (content_type or "").split(";")[0].strip().lower().endswith(("/json", "+json"))
+        return _download(body, f"{event_id}-body.{'json' if json_body else 'bin'}",
+                         "application/json" if json_body else "application/octet-stream")
+
     def refused(request: Request, error: DomainError) -> Response:
         return board.refusal(request, error)
 
@@ -574,10 +644,11 @@ def board_routes(container: Container) -> list:
         path="/", guards=[board_guard], include_in_schema=False,
         exception_handlers={DomainError: refused, HTTPException: http_refused},
         route_handlers=[
-            logout, todos, todo_page, todo_action, endpoints, vend, revoke, webhooks_list, webhook_create,
-            webhook_page, webhook_rotate, webhook_delete, rules_test, rules_replay, rules_save, events, event_page,
+            index, logout, todos, todo_page, todo_payload, todo_action, endpoints, vend, revoke, webhooks_list,
+            webhook_create, webhook_page, webhook_rotate, webhook_delete, rules_test, rules_replay, rules_save, events,
+            event_page, event_body,
         ],
     )
     # in a router: an app-level GET and POST on one path would wrap the sync GET twice (Litestar 2.25)
-    public = Router(path="/", include_in_schema=False, route_handlers=[index, login_form, login])
+    public = Router(path="/", include_in_schema=False, route_handlers=[login_form, login])
     return [public, pages]

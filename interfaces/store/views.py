@@ -85,6 +85,20 @@ class SqlViews:
         last = dict(zip(COLUMNS, rows[-1])) if more and rows else None
         return [_row(r) for r in rows], ((last["created_at"], last["todo_id"]) if last else None)
 
+    def fault_traces(self, todo_ids: Sequence[str], endpoint_ids: Sequence[str] | None) -> dict[str, dict[str, Any]]:
+        """The fault trace of each of these quarantined todos (on these endpoints) that has one."""
+        if not todo_ids or (endpoint_ids is not None and not endpoint_ids):
+            return {}
+        where, params = f"f.todo_id IN ({', '.join(['%s'] * len(todo_ids))})", list(todo_ids)
+        if endpoint_ids is not None:
+            where += f" AND t.endpoint_id IN ({', '.join(['%s'] * len(endpoint_ids))})"
+            params.extend(endpoint_ids)
+        rows = self.db.query(
+            f"SELECT f.todo_id, f.routing FROM sb_fault_traces f JOIN sb_todo_rows t ON t.todo_id = f.todo_id"
+            f" WHERE {where}", params,
+        )
+        return {todo_id: json.loads(routing) for todo_id, routing in rows}
+
     def queue_counts(self, endpoint_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Per queue and state: how many, and the oldest pending todo's creation time."""
         where, params = "", []

@@ -460,6 +460,7 @@ def test_quarantined_todos_are_released_and_discarded_from_the_board(api, endpoi
     for todo_id in held:
         expect(row(page, todo_id)).to_be_visible()
     row(page, held[0]).get_by_role("link").click()
+    expect(nav_link(page, "Quarantine")).to_have_attribute("aria-current", "page")  # still in the quarantine
     expect(page.get_by_role("button", name="Claim", exact=True)).to_have_count(0)
     expect(page.locator("dl.facts-compact")).to_contain_text("boom")  # the routing trace
     page.get_by_label("Release to queue").select_option("reviews")

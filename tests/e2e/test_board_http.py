@@ -125,7 +125,7 @@ def state_of(admin: Browser, todo_id: str) -> str:
 # -- signing in --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/todos", "/todos?queue=quarantine", "/endpoints", "/webhooks", "/events",
+@pytest.mark.parametrize("path", ["/", "/todos", "/todos?queue=quarantine", "/endpoints", "/webhooks", "/events",
                                   "/todos/td_00000000000000000000000000000000", "/webhooks/wh_x", "/events/ev_x"])
 def test_every_page_but_login_sends_an_anonymous_visitor_to_sign_in(anonymous, path):
     answer = anonymous.get(path)
@@ -133,8 +133,8 @@ def test_every_page_but_login_sends_an_anonymous_visitor_to_sign_in(anonymous, p
     assert answer.headers["location"] == f"/login?next={quote(path)}"  # the query too: back to the same view
 
 
-def test_the_root_goes_to_the_todos_and_an_anonymous_post_changes_nothing(anonymous):
-    assert (anonymous.get("/").status_code, anonymous.get("/").headers["location"]) == (303, "/todos")
+def test_the_root_is_the_todos_once_signed_in_and_an_anonymous_post_changes_nothing(anonymous, admin):
+    assert (admin.get("/").status_code, admin.get("/").headers["location"]) == (303, "/todos")
     answer = anonymous.http.post("/todos/td_00000000000000000000000000000000/claim", data={"_csrf": "x"})
     assert answer.status_code == 303 and answer.headers["location"].startswith("/login")
 
@@ -339,6 +339,44 @@ def test_payload_and_title_are_shown_escaped(server, admin, endpoint):
         assert "&lt;script&gt;alert(" in text
     page = admin.page(f"/todos/{todo_id}")
     assert "&lt;script&gt;alert(&#39;payload&#39;)&lt;/script&gt;" in page and "a&amp;b" in page
+
+
+@pytest.mark.parametrize("who", ["admin", "anonymous"])
+def test_an_unknown_page_is_html_and_an_unknown_machine_path_stays_json(request, who):
+    browser = request.getfixturevalue(who)
+    for path in ("/quarantine", "/todos/td_1/payload/more", "/nothing/here"):
+        answer = browser.get(path)
+        assert answer.status_code == 404 and answer.headers["content-type"].startswith("text/html"), path
+        assert "<h1>Not found</h1>" in answer.text and f"There is no page at {path}." in answer.text
+        assert 'href="/static/board.css"' in answer.text and answer.headers["content-security-policy"]
+    for path in ("/api/v1/nothing", "/mcp", "/webhooks/w/", "/static/nothing.css"):
+        answer = browser.get(path)
+        assert answer.headers["content-type"].startswith("application/json"), (path, answer.text[:200])
+        assert answer.json()["code"] in ("not_found", "unauthorized"), path
+    posted = browser.http.post("/webhooks/nope/deeper/still", content=b"{}")  # not a browser's navigation
+    assert posted.status_code == 404 and posted.json() == {"error": "Not Found", "code": "not_found"}
+
+
+def test_a_payload_downloads_whole_from_its_todo_and_delivery(server, admin, anonymous, endpoint):
+    body = json.dumps({"text": "ü" * 300_000}, ensure_ascii=False).encode()  # 600,012 bytes: shown cut
+    hook = server.cli.json("webhook", "create", "--endpoint", endpoint["slug"], "--source", "generic", "--queue", "inbox")
+    ingest = server.base + "/webhooks/w/" + hook["ingest_url"].rsplit("/", 1)[1]  # the CLI mints the default base
+    accepted = httpx.post(ingest, content=body, headers={"content-type": "application/json"}, timeout=30)
+    assert accepted.status_code == 202, accepted.text
+    todo_id, event_id = accepted.json()["id"], accepted.json()["event_id"]
+    for page, download in ((f"/todos/{todo_id}", f"/todos/{todo_id}/payload"),
+                           (f"/events/{event_id}", f"/events/{event_id}/body")):
+        text = admin.page(page)
+        assert f'<a href="{download}" download>Download it whole</a>' in text
+        assert "585.9 KiB in all (600012 bytes)" in text and len(text.encode()) < 300 * 1024
+        whole = admin.get(download)
+        assert whole.status_code == 200 and whole.headers["content-type"].startswith("application/json")
+        assert whole.headers["content-disposition"].startswith("attachment; filename=")
+        assert json.loads(whole.content) == json.loads(body)
+        assert anonymous.get(download).status_code == 303
+    assert admin.get(f"/events/{event_id}/body").content == body  # exactly as received
+    assert admin.get("/todos/td_00000000000000000000000000000000/payload").status_code == 404
+    assert admin.get("/events/ev_00000000000000000000000000000000/body").status_code == 404
 
 
 # -- endpoints -----------------------------------------------------------------------------------

@@ -52,6 +52,9 @@ def samples() -> list:
         TodoMoved(**_base(), queue="reviews", from_queue=QUARANTINE, endpoint_id="ep_1", source="github",
                   kind="issues", title="t"),
         TodoDiscarded(**_base(), summary="spam"),
+        TodoOpened(**_base(1), queue=QUARANTINE, **opened, routing={  # held by a rule fault
+            "stage": "fault", "rule_index": 0, "rule_id": "r", "reason": "error", "detail": "boom",
+            "action": {"queue": QUARANTINE}}),
     ]
 
 
