@@ -31,6 +31,8 @@ from domain.todo import STATES, Todo, effective_lease
 from domain.webhook import WEBHOOK_PREFIX
 
 CLAIM_CANDIDATES = 8
+MAX_CLAIM_BATCH = 100  # todos one claim_next may take at once (`max`)
+CREDENTIAL_CACHE_SIZE = 10_000  # endpoints whose credential → endpoint resolution is kept (then forgotten at once)
 MAX_TTL_SECONDS = 100 * 365 * 86400  # an endpoint lifetime beyond a century is `never`
 # Event fields never shown by history or audit export (they stay in the log).
 REDACTED_FIELDS = ("password_hash",)
@@ -177,6 +179,9 @@ class Switchboard:
         self.clock = clock
         self.hasher = hasher
         self.base_url = base_url.rstrip("/")
+        self._credentials: dict[str, Endpoint] = {}
+        """credential hash → its endpoint as last loaded; trusted only while the endpoint's
+        stream is still at that version (checked on every use, so a change by any process counts)."""
 
     # -- access: operators and endpoints -------------------------------------------------
 
@@ -356,17 +361,27 @@ class Switchboard:
         return endpoint
 
     def authenticate_endpoint(self, credential: str) -> Endpoint | None:
-        """The active endpoint holding this credential, or None."""
-        subject = self.views.subject_of_credential(credential_hash(credential))
+        """The active endpoint holding this credential, or None. A credential seen before costs one
+        look-up of its endpoint's version: any event on the endpoint (a revocation, by any
+        process) makes the next call resolve it afresh."""
+        digest = credential_hash(credential)
+        known = self._credentials.get(digest)
+        if known is not None and self.store.version_of(known.id) == known.version:
+            return known if known.is_active(self.clock.now()) else None
+        self._credentials.pop(digest, None)
+        subject = self.views.subject_of_credential(digest)
         if subject is None:
             self.views.catch_up()
-            subject = self.views.subject_of_credential(credential_hash(credential))
+            subject = self.views.subject_of_credential(digest)
         if subject is None or subject[0] != "endpoint":
             return None
         endpoint = self.store.load(Endpoint, endpoint_uuid_of(subject[1]))
-        if endpoint is None or not endpoint.is_active(self.clock.now()):
+        if endpoint is None:
             return None
-        return endpoint
+        if len(self._credentials) >= CREDENTIAL_CACHE_SIZE:
+            self._credentials.clear()
+        self._credentials[digest] = endpoint
+        return endpoint if endpoint.is_active(self.clock.now()) else None
 
     def endpoint_caller(self, endpoint: Endpoint | str) -> Caller:
         """The caller an authenticated endpoint acts as (active now, else Forbidden)."""
@@ -527,28 +542,34 @@ class Switchboard:
 
     def claim_next(
         self, *, caller: Caller, queue: str | None = None, lease_ttl_seconds: float | None = None,
-        claimant: str | None = None, require_fence: bool = False,
+        claimant: str | None = None, require_fence: bool = False, max_todos: int | None = None,
     ) -> dict[str, Any]:
-        """Claims the oldest claimable todo across the endpoint's queues (or the one given)."""
+        """Claims the oldest claimable todo across the endpoint's queues (or the one given); with
+        `max_todos`, up to that many at once (oldest first, one lease and one attempt each)."""
         if caller.kind != "endpoint":
             raise Forbidden("claim_next is for endpoints")
-        fence = secrets.token_urlsafe(24) if require_fence else None
+        if max_todos is not None and (isinstance(max_todos, bool) or not 1 <= max_todos <= MAX_CLAIM_BATCH):
+            raise InvalidArgument(f"max must be 1..{MAX_CLAIM_BATCH}")
+        want = 1 if max_todos is None else max_todos
         endpoint_id = endpoint_uuid(caller.name)
+        fences: dict[UUID, str | None] = {}
 
-        def handler(uow: UnitOfWork) -> Todo | None:
+        def handler(uow: UnitOfWork) -> list[Todo]:
             scope = caller.scope or self._scope_of(self._active_endpoint(uow, endpoint_id))
             if queue is not None and queue not in scope.queues:
                 raise Forbidden(f"queue {queue} is not in this endpoint's scope")
             queues = [queue] if queue is not None else list(scope.queues)
             lease = effective_lease(lease_ttl_seconds, scope.default_lease)
+            fences.clear()  # a re-run after a lost race starts over
+            taken: list[Todo] = []
             seen: set[UUID] = set()
             while True:  # candidates taken meanwhile by another process are skipped, not fatal
                 candidates = [
-                    c for c in uow.claimable(scope.endpoint_id, queues, CLAIM_CANDIDATES + len(seen))
+                    c for c in uow.claimable(scope.endpoint_id, queues, max(CLAIM_CANDIDATES, want) + len(seen))
                     if c not in seen
                 ]
                 if not candidates:
-                    return None
+                    return taken
                 for candidate in candidates:
                     seen.add(candidate)
                     todo = uow.get(Todo, candidate)
@@ -556,13 +577,19 @@ class Switchboard:
                         todo = uow.get(Todo, candidate, fresh=True)
                     if todo is None or not todo.is_claimable(uow.now):
                         continue
+                    fence = secrets.token_urlsafe(24) if require_fence else None
                     todo.claim(now=uow.now, holder=caller.label, lease=lease, claimant=claimant, fence_token=fence)
-                    return todo
+                    fences[todo.id] = fence
+                    taken.append(todo)
+                    if len(taken) == want:
+                        return taken
 
-        todo = self.store.run(handler)
-        if todo is None:
+        taken = self.store.run(handler)
+        if max_todos is not None:
+            return {"empty": not taken, "todos": [todo_full(t, lease_token=fences[t.id]) for t in taken]}
+        if not taken:
             return {"empty": True}
-        return {"empty": False, "todo": todo_full(todo, lease_token=fence)}
+        return {"empty": False, "todo": todo_full(taken[0], lease_token=fences[taken[0].id])}
 
     def heartbeat(
         self, todo_id: str, *, caller: Caller, lease_ttl_seconds: float | None = None,

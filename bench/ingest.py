@@ -70,6 +70,7 @@ sys.path.insert(0, str(ROOT))
 from application.service import Caller  # noqa: E402
 from bench.claim_complete import Databases, log, pg_settings  # noqa: E402
 from interfaces.bootstrap import build  # noqa: E402
+from interfaces.http.server import HTTP_STACK  # noqa: E402
 from interfaces.settings import Settings  # noqa: E402
 from tests.fixtures import fixture, sign  # noqa: E402
 
@@ -350,10 +351,15 @@ def switchboard_server(label: str, database_url: str, data_dir: str) -> Server:
     return Server(label, [SWITCHBOARD, "serve", "--port", str(port)], env, data_dir, port)
 
 
+def stack_args() -> list[str]:
+    """uvicorn's options for the HTTP stack `serve` runs on, so every reference runs on it too."""
+    return ["--http", HTTP_STACK["http"], "--loop", HTTP_STACK["loop"]]
+
+
 def bare_server(label: str, app_dir: str) -> Server:
     port = free_port()
     argv = [sys.executable, "-m", "uvicorn", "bare_app:app", "--app-dir", app_dir, "--host", "127.0.0.1",
-            "--port", str(port), "--log-level", "warning"]
+            "--port", str(port), "--log-level", "warning", *stack_args()]
     return Server(label, argv, clean_env(), app_dir, port)
 
 
@@ -361,7 +367,7 @@ def pooled_server(label: str, app_dir: str, module: str, database_url: str) -> S
     """One of the references built on POOLED_APP (`durable_app`, `floor_app`) on its own database."""
     port = free_port()
     argv = [sys.executable, "-m", "uvicorn", f"{module}:app", "--app-dir", app_dir, "--host", "127.0.0.1",
-            "--port", str(port), "--log-level", "warning"]
+            "--port", str(port), "--log-level", "warning", *stack_args()]
     return Server(label, argv, clean_env(REFERENCE_DB_URL=database_url, FLOOR_SECRET=REFERENCE_SECRET), app_dir, port)
 
 
@@ -441,9 +447,11 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[index]
 
 
-def drive(label: str, server: Server, token: str, secret: str, body: bytes, *, senders: int,
+def drive(label: str, server: Server | list[Server], token: str, secret: str, body: bytes, *, senders: int,
           warmup: float, seconds: float, on_window: Callable[[], None] | None = None) -> Load:
-    """`senders` threads on keep-alive connections for warmup + seconds; stats over the last `seconds`."""
+    """`senders` threads on keep-alive connections for warmup + seconds; stats over the last `seconds`.
+    Given several servers (processes on one database), sender i sends to server i mod n."""
+    servers = server if isinstance(server, list) else [server]
     path = f"/webhooks/w/{token}"
     base_headers = {
         "Content-Type": "application/json", "User-Agent": "GitHub-Hookshot/bench", "X-GitHub-Event": "issues",
@@ -459,8 +467,13 @@ def drive(label: str, server: Server, token: str, secret: str, body: bytes, *, s
     failures: list[str] = []
     barrier = threading.Barrier(senders + 1)
 
+    def cpu_split() -> tuple[float, float]:
+        splits = [s.cpu_split() for s in servers]
+        return sum(own for own, _ in splits), sum(children for _, children in splits)
+
     def sender(i: int) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        port = servers[i % len(servers)].port
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         latencies, counts = per_thread[i], statuses[i]
         perf = time.perf_counter
         try:
@@ -477,7 +490,7 @@ def drive(label: str, server: Server, token: str, secret: str, body: bytes, *, s
                 except (OSError, http.client.HTTPException) as error:
                     failures.append(f"{type(error).__name__}: {error}")
                     conn.close()
-                    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
                     continue
                 ended = perf()
                 sent[i] += 1
@@ -503,9 +516,9 @@ def drive(label: str, server: Server, token: str, secret: str, body: bytes, *, s
     time.sleep(max(0.0, window[0] - time.perf_counter()))
     if on_window is not None:
         on_window()
-    cpu0, client0, busy0, pg0 = server.cpu_split(), time.process_time(), machine_busy(), postgres_cpu()
+    cpu0, client0, busy0, pg0 = cpu_split(), time.process_time(), machine_busy(), postgres_cpu()
     time.sleep(max(0.0, window[1] - time.perf_counter()))
-    cpu1, client1, busy1, pg1 = server.cpu_split(), time.process_time(), machine_busy(), postgres_cpu()
+    cpu1, client1, busy1, pg1 = cpu_split(), time.process_time(), machine_busy(), postgres_cpu()
     stop.set()
     for t in threads:
         t.join(timeout=60)

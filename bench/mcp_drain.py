@@ -1,19 +1,26 @@
 """MCP drain throughput and doorbell latency against a real `switchboard serve` on PostgreSQL.
 
-Run:  .venv/bin/python bench/mcp_drain.py [--todos 2000] [--sessions 8] [--rate 50] [--seconds 10]
-                                          [--pg-url URL] [--quick]
+Run:  .venv/bin/python bench/mcp_drain.py [--todos 1000] [--sessions 8] [--rounds 3] [--rate 50]
+                                          [--seconds 10] [--pg-url URL] [--quick]
 
 Every PostgreSQL database used here is created fresh on the admin URL (`bench_<run id>_...`)
-and dropped at the end, even on failure; the server started here is stopped in `finally`.
-Phases, all in one run:
+and dropped at the end, even on failure; the servers started here are stopped in `finally`.
+Phases, all in one run, rounds 1 and 2 interleaved `--rounds` times (the first two swap order
+each round):
 
 1. MCP drain: a fresh database and data dir; one endpoint (queue "work") and, on a second
-   endpoint, one GitHub webhook, created in-process; N todos pushed in-process
-   (`app.push(..., caller=Caller.cli())`, from 8 threads, untimed). Then `switchboard serve`
-   as a subprocess on a free port. S sessions of the official `mcp` client (default mode:
+   endpoint, one GitHub webhook, created in-process; N todos pushed in-process each round
+   (`app.push(..., caller=Caller.cli())`, from 8 threads, untimed) while `switchboard serve`
+   runs as a subprocess on a free port. S sessions of the official `mcp` client (default mode:
    Streamable HTTP, handshake era, GET stream open, bearer credential) connect in one event
    loop of this process; once all are initialized, each loops `claim_next` + `complete`
-   until `{"empty": true}`: todos/s from the release to the last session done.
+   until `{"empty": true}`: todos/s from the release to the last session done, and the
+   server's CPU (process and children) per tool call.
+1b. SDK floor (SDK_FLOOR_APP): a bare server on the same SDK with its default settings
+   (stateful sessions, an SSE stream per POST), mounted in Litestar under uvicorn as the
+   other references and `serve` are, whose claim_next and complete answer fixed JSON of the
+   size Switchboard answered in this run (N todos, then `{"empty": true}`); the same clients,
+   driven the same way. `ratio mcp/sdk-floor` is the part of the SDK's own rate we keep.
 2. Application layer: the same workload on a fresh database in-process (as
    bench/claim_complete.py): S threads calling `app.claim_next(caller=app.endpoint_caller(slug))`
    + `app.complete(...)`: todos/s; the ratio MCP/app is the protocol's overhead.
@@ -33,6 +40,7 @@ import argparse
 import http.client
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -53,9 +61,12 @@ sys.path.insert(0, str(ROOT))
 
 from application.service import Caller  # noqa: E402
 from bench.claim_complete import (  # noqa: E402
-    Databases, drain, log, make_container, pg_settings, push_todos, setup_endpoint,
+    Databases, drain, log, make_container, payload_for, pg_settings, push_todos, setup_endpoint,
 )
-from bench.ingest import BENCH_SECRET_KEY, Server, cpu_delta, percentile, postgres_cpu, switchboard_server  # noqa: E402
+from bench.ingest import (  # noqa: E402
+    BENCH_SECRET_KEY, Server, clean_env, cpu_delta, free_port, percentile, postgres_cpu, stack_args,
+    switchboard_server,
+)
 from interfaces.bootstrap import build  # noqa: E402
 from interfaces.settings import Settings  # noqa: E402
 from tests.fixtures import fixture, sign  # noqa: E402
@@ -64,6 +75,86 @@ ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 CHANNEL = "notifications/claude/channel"
 FIXTURE = "github_issues_opened.json"
 PUSH_THREADS = 8
+
+# The SDK floor: the same mcp SDK with its default settings (a stateful session manager, an SSE
+# stream per POST, no event store), mounted in Litestar under uvicorn as `serve` mounts the
+# gateway, with the two tools the drain calls answering fixed JSON of the size Switchboard's
+# answers had in this run. It steers the client to the handshake era exactly as the gateway
+# does (a modern-era request is refused with -32022), so both are driven the same way:
+# initialize, a GET stream, then tools/call. No credential, no store, no thread hop.
+SDK_FLOOR_APP = """\
+import json
+import os
+from contextlib import asynccontextmanager
+from typing import Any
+
+import mcp_types as types
+from litestar import Litestar, MediaType, asgi, get, post
+from mcp.server import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+CLAIMED = json.loads(os.environ["FLOOR_CLAIMED"])
+COMPLETED = json.loads(os.environ["FLOOR_COMPLETED"])
+SCHEMA = {"type": "object", "properties": {}}
+left = [0]
+
+
+async def list_tools(ctx, params):
+    return types.ListToolsResult(tools=[types.Tool(name=n, description=n, input_schema=SCHEMA)
+                                        for n in ("claim_next", "complete")])
+
+
+async def call_tool(ctx, params):
+    if params.name == "claim_next":
+        answer = CLAIMED if left[0] > 0 else {"empty": True}
+        left[0] -= 1
+    else:
+        answer = COMPLETED
+    text = json.dumps(answer, ensure_ascii=False, separators=(",", ":"))
+    return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=answer)
+
+
+server = Server("sdk-floor", on_list_tools=list_tools, on_call_tool=call_tool)
+manager = StreamableHTTPSessionManager(server)
+HEADER = MCP_PROTOCOL_VERSION_HEADER.lower().encode()
+REFUSAL = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": UNSUPPORTED_PROTOCOL_VERSION,
+                      "message": "Unsupported protocol version",
+                      "data": {"supported": list(HANDSHAKE_PROTOCOL_VERSIONS)}}}).encode()
+
+
+@asgi("/mcp", is_mount=True, copy_scope=True)
+async def mcp(scope: Any, receive: Any, send: Any) -> None:
+    version = next((v.decode() for k, v in scope["headers"] if k == HEADER), None)
+    if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        await send({"type": "http.response.start", "status": 400,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": REFUSAL})
+        return
+    await manager.handle_request(scope, receive, send)
+
+
+@post("/refill/{n:int}", status_code=200)
+async def refill(n: int) -> str:
+    left[0] = n
+    return "ok"
+
+
+@get("/healthz", media_type=MediaType.TEXT)
+async def healthz() -> str:
+    return "ok"
+
+
+@asynccontextmanager
+async def lifespan(app):
+    async with manager.run():
+        yield
+
+
+app = Litestar(route_handlers=[mcp, refill, healthz], lifespan=[lifespan], openapi_config=None)
+"""
 
 
 # -- MCP client pieces -------------------------------------------------------------------
@@ -108,8 +199,9 @@ async def call(client: Client, verb: str, **arguments: Any) -> dict[str, Any]:
 # -- setup -------------------------------------------------------------------------------
 
 
-def setup_server_db(database_url: str, data_dir: str, todos: int) -> dict[str, Any]:
-    """Admin; the drain endpoint with `todos` pending todos; the doorbell endpoint and its GitHub webhook."""
+def setup_server_db(database_url: str, data_dir: str) -> dict[str, Any]:
+    """Admin; the drain endpoint; the doorbell endpoint and its GitHub webhook; one todo claimed and
+    completed in-process, whose two answers (what the MCP tools return) the SDK floor repeats."""
     container = build(Settings(database_url=database_url, data_dir=data_dir, secret_key=BENCH_SECRET_KEY))
     try:
         cli = Caller.cli()
@@ -119,18 +211,53 @@ def setup_server_db(database_url: str, data_dir: str, todos: int) -> dict[str, A
         bell_ep = app.vend("mcp-doorbell", queues=["inbox"], caller=cli)
         hook = container.webhooks.create(caller=cli, endpoint=bell_ep["slug"], source_type="github",
                                          target_queue="inbox")
-        push_seconds = push_todos(container, drain_ep["slug"], todos, PUSH_THREADS)
+        app.push(drain_ep["slug"], "sample todo", caller=cli, payload=payload_for(0))
+        caller = app.endpoint_caller(drain_ep["slug"])
+        claimed = app.claim_next(caller=caller)
+        completed = app.complete(claimed["todo"]["id"], caller=caller)
         return {"drain": drain_ep, "bell": bell_ep, "token": hook["ingest_url"].rsplit("/", 1)[1],
-                "secret": hook["signing_secret"], "push_rate": todos / push_seconds}
+                "secret": hook["signing_secret"], "claimed": claimed, "completed": completed}
     finally:
         container.close()
+
+
+def push_round(database_url: str, data_dir: str, slug: str, todos: int, start_at: int) -> float:
+    """`todos` pending todos on the drain endpoint, pushed in-process (untimed); returns todos/s."""
+    container = build(Settings(database_url=database_url, data_dir=data_dir, secret_key=BENCH_SECRET_KEY))
+    try:
+        return todos / push_todos(container, slug, todos, PUSH_THREADS, start_at=start_at)
+    finally:
+        container.close()
+
+
+def sdk_floor_server(label: str, app_dir: str, claimed: dict[str, Any], completed: dict[str, Any]) -> Server:
+    """SDK_FLOOR_APP under uvicorn, started as the bench's other references are (same HTTP stack as serve)."""
+    Path(app_dir, "sdk_floor_app.py").write_text(SDK_FLOOR_APP)
+    port = free_port()
+    argv = [sys.executable, "-m", "uvicorn", "sdk_floor_app:app", "--app-dir", app_dir, "--host", "127.0.0.1",
+            "--port", str(port), "--log-level", "warning", *stack_args()]
+    env = clean_env(FLOOR_CLAIMED=json.dumps(claimed), FLOOR_COMPLETED=json.dumps(completed))
+    return Server(label, argv, env, app_dir, port)
+
+
+def refill(server: Server, todos: int) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        conn.request("POST", f"/refill/{todos}")
+        if conn.getresponse().status != 200:
+            raise RuntimeError("the SDK floor refused its refill")
+    finally:
+        conn.close()
 
 
 # -- phase 1: MCP drain ------------------------------------------------------------------
 
 
-def mcp_drain(server: Server, endpoint: dict[str, Any], sessions: int) -> dict[str, Any]:
-    url = f"http://127.0.0.1:{server.port}/mcp/{endpoint['slug']}"
+def mcp_drain(server: Server | list[Server], endpoint: dict[str, Any], sessions: int) -> dict[str, Any]:
+    """Given several servers (processes on one database), session i opens on server i mod n and
+    stays there (sticky, as a load balancer routing by Mcp-Session-Id would keep it)."""
+    servers = server if isinstance(server, list) else [server]
+    urls = [f"http://127.0.0.1:{s.port}/mcp/{endpoint['slug']}" for s in servers]
     listeners = [ChannelListener() for _ in range(sessions)]
     done = [0] * sessions
     calls = [0] * sessions
@@ -141,7 +268,7 @@ def mcp_drain(server: Server, endpoint: dict[str, Any], sessions: int) -> dict[s
             started = time.perf_counter()
             clients = []
             for i in range(sessions):
-                clients.append(await open_session(stack, url, endpoint["credential"], listeners[i]))
+                clients.append(await open_session(stack, urls[i % len(urls)], endpoint["credential"], listeners[i]))
             out["connect"] = time.perf_counter() - started
             go = anyio.Event()
 
@@ -161,11 +288,12 @@ def mcp_drain(server: Server, endpoint: dict[str, Any], sessions: int) -> dict[s
                 for i in range(sessions):
                     tasks.start_soon(worker, i)
                 await anyio.sleep(0.3)  # every session initialized; let the GET streams settle
-                cpu0, client0, pg0 = server.cpu_seconds(), time.process_time(), postgres_cpu()
+                cpu0, client0, pg0 = sum(s.cpu_seconds() for s in servers), time.process_time(), postgres_cpu()
                 out["t0"] = time.perf_counter()
                 go.set()
             out["seconds"] = time.perf_counter() - out["t0"]
-            out["server_cpu"] = (server.cpu_seconds() - cpu0) / out["seconds"]
+            out["server_cpu_seconds"] = sum(s.cpu_seconds() for s in servers) - cpu0
+            out["server_cpu"] = out["server_cpu_seconds"] / out["seconds"]
             out["client_cpu"] = (time.process_time() - client0) / out["seconds"]
             out["pg_cpu"] = cpu_delta(pg0, postgres_cpu()) / out["seconds"]
 
@@ -173,6 +301,7 @@ def mcp_drain(server: Server, endpoint: dict[str, Any], sessions: int) -> dict[s
     total = sum(done)
     out.update(done=total, per_session=done, calls=sum(calls),
                rate=total / out["seconds"] if out["seconds"] else 0.0,
+               cpu_per_call=out["server_cpu_seconds"] / sum(calls) if sum(calls) else 0.0,
                rings=sum(len(listener.arrivals) for listener in listeners))
     return out
 
@@ -304,72 +433,96 @@ def doorbell(server: Server, endpoint: dict[str, Any], token: str, secret: str, 
 # -- main --------------------------------------------------------------------------------
 
 
+def drain_line(tag: str, result: dict[str, Any]) -> str:
+    return (f"{tag} {result['rate']:8.1f} todos/s ({result['done']} in {result['seconds']:.2f}s; {result['calls']} tool"
+            f" calls; server cpu {result['cpu_per_call'] * 1000:.2f} ms/call, {result['server_cpu']:.0%} of a core;"
+            f" postgres {result['pg_cpu']:.0%}; clients {result['client_cpu']:.0%}; load {load()})")
+
+
+def load() -> str:
+    return "%.2f %.2f %.2f" % os.getloadavg()
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--todos", type=int, default=2000, help="todos to drain in each drain phase (default 2000)")
+    parser.add_argument("--todos", type=int, default=1000, help="todos to drain in each drain round (default 1000)")
     parser.add_argument("--sessions", type=int, default=8, help="MCP sessions / app worker threads (default 8)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of mcp / sdk floor / app (default 3)")
     parser.add_argument("--rate", type=float, default=50.0, help="doorbell deliveries per second (default 50)")
     parser.add_argument("--seconds", type=float, default=10.0, help="doorbell sending seconds (default 10)")
     parser.add_argument("--pg-url", default=ADMIN_URL, help=f"admin URL used to create databases (default {ADMIN_URL})")
-    parser.add_argument("--quick", action="store_true", help="well under a minute: 600 todos, 4 s of deliveries")
+    parser.add_argument("--quick", action="store_true", help="about a minute: 300 todos, 2 rounds, 4 s of deliveries")
     args = parser.parse_args()
     if args.quick:
-        args.todos, args.seconds = min(args.todos, 600), min(args.seconds, 4.0)
+        args.todos, args.seconds, args.rounds = min(args.todos, 300), min(args.seconds, 4.0), min(args.rounds, 2)
 
     dbs = Databases(args.pg_url)
     tmp = tempfile.TemporaryDirectory(prefix="sb-mcp-bench-")
-    server: Server | None = None
+    servers: list[Server] = []
     total_started = time.perf_counter()
-    log(f"mcp drain bench: {args.todos} todos, {args.sessions} sessions/threads; doorbell {args.rate:g}/s for"
-        f" {args.seconds:g}s; run id {dbs.run_id}")
+    log(f"mcp drain bench: {args.todos} todos, {args.sessions} sessions/threads, {args.rounds} rounds; doorbell"
+        f" {args.rate:g}/s for {args.seconds:g}s; run id {dbs.run_id}")
     pg = pg_settings(args.pg_url)
     log("postgres: " + ", ".join(f"{k}={v}" for k, v in sorted(pg.items())))
-    log("machine: %d cores, load average %.2f %.2f %.2f (clients, server and PostgreSQL share them)"
-        % (os.cpu_count() or 0, *os.getloadavg()))
-    mcp: dict[str, Any] = {}
-    app: dict[str, Any] = {}
+    log("machine: %d cores, load average %s (clients, servers and PostgreSQL share them)" % (os.cpu_count() or 0, load()))
+    mcps: list[dict[str, Any]] = []
+    floors: list[dict[str, Any]] = []
+    apps: list[dict[str, Any]] = []
     bell: dict[str, Any] = {}
     try:
-        # 1. MCP drain
         url = dbs.create("mcp")
         data_dir = os.path.join(tmp.name, "serve")
         os.makedirs(data_dir)
-        setup = setup_server_db(url, data_dir, args.todos)
-        log(f"setup: {args.todos} todos pushed in-process ({setup['push_rate']:.0f}/s, untimed)")
+        setup = setup_server_db(url, data_dir)
         server = switchboard_server("switchboard-mcp", url, data_dir)
-        server.start()
-        mcp = mcp_drain(server, setup["drain"], args.sessions)
-        log(f"[1] mcp drain:   {mcp['rate']:8.1f} todos/s  ({mcp['done']} in {mcp['seconds']:.2f}s; {mcp['calls']} tool"
-            f" calls; per session {mcp['per_session']}; {args.sessions} sessions connected in {mcp['connect']:.2f}s;"
-            f" rings received by the drainers {mcp['rings']})")
-        log(f"    cpu (share of one core): server {mcp['server_cpu']:.0%}, postgres {mcp['pg_cpu']:.0%},"
-            f" mcp clients (this process) {mcp['client_cpu']:.0%}")
+        servers.append(server.start())
+        floor_dir = os.path.join(tmp.name, "floor")
+        os.makedirs(floor_dir)
+        floor = sdk_floor_server("sdk-floor", floor_dir, setup["claimed"], setup["completed"])
+        servers.append(floor.start())
+        log(f"fixed answers of the SDK floor: claim_next {len(json.dumps(setup['claimed']))} bytes, complete"
+            f" {len(json.dumps(setup['completed']))} bytes of JSON (Switchboard's own, from this run)")
+        for r in range(args.rounds):
+            pushed = push_round(url, data_dir, setup["drain"]["slug"], args.todos, start_at=1 + r * args.todos)
+            refill(floor, args.todos)
+            order = ("mcp", "floor") if r % 2 == 0 else ("floor", "mcp")
+            for which in order:
+                if which == "mcp":
+                    mcps.append(mcp_drain(server, setup["drain"], args.sessions))
+                    log(drain_line(f"[{r + 1}] mcp drain:  ", mcps[-1]) + f"; pushed {pushed:.0f}/s untimed")
+                else:
+                    floors.append(mcp_drain(floor, setup["drain"], args.sessions))
+                    log(drain_line(f"[{r + 1}] sdk floor:  ", floors[-1]))
+            app_url = dbs.create(f"app{r}")
+            os.makedirs(os.path.join(tmp.name, f"app{r}"))
+            apps.append(app_drain(app_url, os.path.join(tmp.name, f"app{r}"), args.todos, args.sessions))
+            dbs.drop(app_url)
+            app = apps[-1]
+            log(f"[{r + 1}] app drain:   {app['rate']:8.1f} todos/s  ({app['done']} in {app['seconds']:.2f}s;"
+                f" errors {len(app['errors'])}; cpu: this process {app['cpu']:.0%}, postgres {app['pg_cpu']:.0%};"
+                f" load {load()})")
+            for error in app["errors"][:3]:
+                log(f"    error: {error!r}")
+            log(f"    round {r + 1}: mcp/sdk-floor {mcps[-1]['rate'] / floors[-1]['rate']:.3f},"
+                f" mcp/app {mcps[-1]['rate'] / app['rate']:.3f}")
 
-        # 3. doorbell, same server (nothing claimed; the drained endpoint has no sessions left)
+        # doorbell, same server (nothing claimed; the drained endpoint has no sessions left)
         bell = doorbell(server, setup["bell"], setup["token"], setup["secret"], args.rate, args.seconds)
-        log(f"[3] doorbell:    p50 {bell['p50'] * 1000:.1f} ms  p99 {bell['p99'] * 1000:.1f} ms"
+        log(f"[d] doorbell:    p50 {bell['p50'] * 1000:.1f} ms  p99 {bell['p99'] * 1000:.1f} ms"
             f"  max {bell['max'] * 1000:.1f} ms  min {bell['min'] * 1000:.1f} ms; {bell['rang']}/{bell['posted']}"
             f" todos rang (once {bell['once']}, more than once {bell['more']}, never {bell['never']};"
-            f" rings {bell['rings']}, foreign {bell['foreign']})")
+            f" rings {bell['rings']}, foreign {bell['foreign']}); load {load()}")
         log(f"    POST->202 p50 {bell['post_p50'] * 1000:.1f} ms p99 {bell['post_p99'] * 1000:.1f} ms; statuses"
             f" {dict(bell['statuses'])}; sent over {bell['send_seconds']:.2f}s (worst pacing lag"
             f" {bell['lag'] * 1000:.1f} ms); cpu: server {bell['server_cpu']:.0%}, postgres {bell['pg_cpu']:.0%}")
         for failure in bell["failures"][:5]:
             log(f"    ! {failure}")
-        server.stop()
-        server = None
-        dbs.drop(url)
-
-        # 2. application layer, fresh database
-        url = dbs.create("app")
-        app = app_drain(url, os.path.join(tmp.name), args.todos, args.sessions)
-        dbs.drop(url)
-        log(f"[2] app drain:   {app['rate']:8.1f} todos/s  ({app['done']} in {app['seconds']:.2f}s;"
-            f" errors {len(app['errors'])}; cpu: this process {app['cpu']:.0%}, postgres {app['pg_cpu']:.0%})")
-        for error in app["errors"][:3]:
-            log(f"    error: {error!r}")
     finally:
-        if server is not None:
+        for server in servers:
             try:
                 server.stop()
             except Exception as error:  # noqa: BLE001 - still drop the databases
@@ -378,23 +531,27 @@ def main() -> int:
         tmp.cleanup()
 
     log("\n================ SUMMARY ================")
-    log(f"workload: {args.todos} todos, {args.sessions} sessions/threads, claim_next + complete until empty;"
-        f" PostgreSQL {pg.get('server_version', '?')}")
-    if mcp and app:
-        ratio = mcp["rate"] / app["rate"] if app["rate"] else 0.0
-        log(f"mcp (streamable http, {args.sessions} sessions): {mcp['rate']:8.1f} todos/s ({mcp['done']} completed)")
-        log(f"app layer (in-process, {args.sessions} threads): {app['rate']:8.1f} todos/s ({app['done']} completed)")
-        log(f"ratio mcp/app = {ratio:.3f}  (protocol overhead: {(1 - ratio) * 100:.0f}% of the app-layer rate;"
-            f" {1000 * (1 / mcp['rate'] - 1 / app['rate']) if mcp['rate'] and app['rate'] else 0:.2f} ms more per todo"
-            f" across the pool)")
+    log(f"workload: {args.todos} todos per round, {args.sessions} sessions/threads, claim_next + complete until"
+        f" empty, {len(mcps)} rounds; PostgreSQL {pg.get('server_version', '?')}; {os.cpu_count()} cores")
+    if mcps and floors and apps:
+        rounds = list(zip(mcps, floors, apps))
+        floor_ratio = median([m["rate"] / f["rate"] for m, f, _ in rounds])
+        app_ratio = median([m["rate"] / a["rate"] for m, _, a in rounds])
+        log(f"mcp (switchboard serve):   {median([m['rate'] for m in mcps]):8.1f} todos/s median;"
+            f" server cpu {median([m['cpu_per_call'] for m in mcps]) * 1000:.2f} ms per tool call")
+        log(f"sdk floor (bare SDK):      {median([f['rate'] for f in floors]):8.1f} todos/s median;"
+            f" server cpu {median([f['cpu_per_call'] for f in floors]) * 1000:.2f} ms per tool call")
+        log(f"app layer (in-process):    {median([a['rate'] for a in apps]):8.1f} todos/s median")
+        log(f"ratio mcp/sdk-floor = {floor_ratio:.3f}  (median of the rounds' ratios; target >= 0.8:"
+            f" {'MEETS' if floor_ratio >= 0.8 else 'MISSES'})")
+        log(f"ratio mcp/app = {app_ratio:.3f}  (median of the rounds' ratios)")
     if bell:
         verdict = "MEETS" if bell["p99"] < 0.050 else "MISSES"
         log(f"doorbell: {bell['posted']} deliveries at {args.rate:g}/s; rang {bell['rang']}/{bell['posted']}"
             f" (exactly once {bell['once']}, duplicates {bell['more']}, never {bell['never']});"
             f" latency p50 {bell['p50'] * 1000:.1f} ms, p99 {bell['p99'] * 1000:.1f} ms, max {bell['max'] * 1000:.1f} ms"
             f" (target p99 < 50 ms: {verdict})")
-    log(f"total wall time: {time.perf_counter() - total_started:.0f}s; load average at the end %.2f %.2f %.2f"
-        % os.getloadavg())
+    log(f"total wall time: {time.perf_counter() - total_started:.0f}s; load average at the end {load()}")
     return 0
 
 

@@ -26,6 +26,12 @@ SERVE = Caller("system", "serve")
 H11_MAX_HEADER_BYTES = 1024 * 1024
 
 
+HTTP_STACK = {"http": "httptools", "loop": "uvloop"}
+"""uvicorn's HTTP parser and event loop for `serve`, named rather than left to uvicorn's "auto" (which
+picks whatever happens to be installed); every bench reference runs on the same. httptools on
+uvloop against h11 on asyncio: ingest x1.4, MCP x1.05 in one run (bench/http_stack.py, ADR 7)."""
+
+
 class _Stopped(Exception):
     """SIGINT or SIGTERM: uvicorn stops gracefully, restores these handlers, then re-raises the signal."""
 
@@ -112,7 +118,7 @@ def uvicorn_config(app, settings: Settings, **options) -> uvicorn.Config:
     """How `serve` runs uvicorn (tests start the same configuration in-process, per HTTP parser)."""
     return uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level="warning", timeout_graceful_shutdown=3,
-        lifespan="on", h11_max_incomplete_event_size=H11_MAX_HEADER_BYTES, **options,
+        lifespan="on", h11_max_incomplete_event_size=H11_MAX_HEADER_BYTES, **{**HTTP_STACK, **options},
     )
 
 

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import anyio
@@ -41,6 +41,8 @@ MIN_GAP = 0.01
 PUSH_TIMEOUT = 2.0
 """How long one session may hold up a ring (its stream buffer holds 16) before the next is tried."""
 PRUNE_EVERY = 600.0
+FORGET_EVERY = timedelta(seconds=1)
+"""How often the scan drops the rings it decided more than 2 x RING_GRACE ago (not every scan)."""
 LISTEN_RETRY = 5.0
 
 
@@ -62,6 +64,7 @@ class Doorbell:
         self._decided: dict[tuple[str, int, int], datetime] = {}
         self._turns: dict[str, int] = {}
         self._pruned = 0.0
+        self._forgot_at: datetime | None = None
         self._failing = False
         self._outage = OutageLog(log, "doorbell", f"scanning again every {poll:.1f} s")
 
@@ -115,16 +118,19 @@ class Doorbell:
         self._forget(now)
         if not endpoints:
             return
+        ours: list[tuple[DueRing, list[LiveSession]]] = []
         for ring in await anyio.to_thread.run_sync(self.rings.due, endpoints, now):
             if ring.key in self._decided:
                 continue
             sessions = [s for s in self.registry.of_endpoint(ring.endpoint_id) if self.deliverable(s, ring.queue)]
-            if not sessions:  # none of ours can take it: leave it to another process
-                continue
-            taken = await anyio.to_thread.run_sync(self.rings.take, ring, now)
-            self._decided[ring.key] = now + 2 * RING_GRACE
-            if taken:
-                tasks.start_soon(self._push, self._rotate(ring.endpoint_id, sessions), ring)
+            if sessions:  # else none of ours can take it: leave it to another process
+                ours.append((ring, sessions))
+        if ours:
+            taken = await anyio.to_thread.run_sync(self.rings.take_all, [ring for ring, _ in ours], now)
+            for ring, sessions in ours:
+                self._decided[ring.key] = now + 2 * RING_GRACE
+                if ring.key in taken:
+                    tasks.start_soon(self._push, self._rotate(ring.endpoint_id, sessions), ring)
         if time.monotonic() - self._pruned > PRUNE_EVERY:
             self._pruned = time.monotonic()
             await anyio.to_thread.run_sync(self.rings.prune, now)
@@ -137,6 +143,9 @@ class Doorbell:
         return [*sessions[first:], *sessions[:first]]
 
     def _forget(self, now: datetime) -> None:
+        if self._forgot_at is not None and now - self._forgot_at < FORGET_EVERY:
+            return
+        self._forgot_at = now
         for key in [k for k, until in self._decided.items() if until <= now]:
             del self._decided[key]
 

@@ -14,15 +14,17 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
 import anyio.to_thread
+import msgspec
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
-from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, check_accept_headers
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
@@ -32,6 +34,7 @@ from litestar.handlers import ASGIRouteHandler
 from litestar.types import Receive as LitestarReceive
 from litestar.types import Scope as LitestarScope
 from litestar.types import Send as LitestarSend
+from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from application.background import OutageLog
@@ -39,7 +42,7 @@ from application.errors import StoreUnavailable
 from domain.errors import DomainError
 from interfaces.json_depth import TOO_DEEP, json_too_deep
 from interfaces.mcp.doorbell import Doorbell
-from interfaces.mcp.server import PRINCIPAL, Principal, build_server
+from interfaces.mcp.server import PRINCIPAL, Principal, build_server, run_tool
 from interfaces.mcp.sessions import SessionManager, SessionRegistry
 from interfaces.mcp.tools import Services
 
@@ -48,6 +51,9 @@ log = logging.getLogger("switchboard.mcp")
 MAX_BODY = 1024 * 1024
 REVOCATION_SWEEP_SECONDS = 1.0  # how late another process's revocation ends this process's streams
 MAX_CREDENTIAL_CHARS = 256
+MCP_THREADS = 16
+"""Threads for the store work of MCP requests (authentication, tool calls): the gateway's own
+executor, not anyio's thread limiter (a hand-off costs a third of the CPU, as for ingest)."""
 METHODS = ("POST", "GET", "DELETE")
 WWW_AUTHENTICATE = 'Bearer realm="switchboard"'
 _SLUG_PATH = re.compile(r"/([a-z0-9][a-z0-9-]{0,63})/?")
@@ -126,6 +132,30 @@ async def _read_body(scope: Scope, receive: Receive) -> tuple[bytes, list[Messag
             return b"".join(chunks), []
 
 
+_TOOL_CALL_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
+_TOOL_PARAMS_KEYS = frozenset({"name", "arguments"})
+
+
+def _tool_call(body: bytes) -> tuple[int | str, str, dict[str, Any] | None] | None:
+    """(id, tool name, arguments) when the body is one plain JSON-RPC `tools/call` request (no
+    `_meta`, so no progress token), else None: anything else is the SDK's to answer."""
+    try:
+        message = msgspec.json.decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if not isinstance(message, dict) or message.get("method") != "tools/call" or message.get("jsonrpc") != "2.0":
+        return None
+    request_id, params = message.get("id"), message.get("params")
+    if (not message.keys() <= _TOOL_CALL_KEYS or isinstance(request_id, bool)
+            or not isinstance(request_id, int | str) or not isinstance(params, dict)
+            or not params.keys() <= _TOOL_PARAMS_KEYS):
+        return None
+    name, arguments = params.get("name"), params.get("arguments")
+    if not isinstance(name, str) or not (arguments is None or isinstance(arguments, dict)):
+        return None
+    return request_id, name, arguments
+
+
 def _request_id(body: bytes) -> Any:
     try:
         message = json.loads(body)
@@ -142,10 +172,11 @@ class McpGateway:
         self.services = services
         self.registry = SessionRegistry()
         self.doorbell = doorbell(self.registry) if doorbell is not None else None
-        self.server = build_server(services, self.registry)
+        self.threads = ThreadPoolExecutor(max_workers=MCP_THREADS, thread_name_prefix="switchboard-mcp")
+        self.server = build_server(services, self.registry, self.threads)
         self.manager = SessionManager(
             self.server, registry=self.registry, security_settings=transport_security(base_url),
-            max_request_body_size=MAX_BODY,
+            max_request_body_size=MAX_BODY, json_response=True,
         )
         self.revocation_sweep = revocation_sweep
         self._sweep_failed = False
@@ -174,6 +205,7 @@ class McpGateway:
             finally:
                 self._loop = None
                 await self.manager.end_all()
+                self.threads.shutdown(wait=False, cancel_futures=True)
 
     def stopping(self) -> None:
         """The server is about to stop (safe from a signal handler or another thread): end every
@@ -231,7 +263,7 @@ class McpGateway:
             return Principal(endpoint, self.services.app.endpoint_caller(endpoint))
 
         try:
-            return await anyio.to_thread.run_sync(work)
+            return await asyncio.get_running_loop().run_in_executor(self.threads, work)
         except DomainError:  # revoked between the two reads
             return None
 
@@ -312,6 +344,11 @@ class McpGateway:
         pending: list[Message] = ([{"type": "http.request", "body": body, "more_body": False}] if body is not None
                                   else []) + rest
 
+        if method == "POST" and session_id is not None and body is not None and not rest:
+            call = _tool_call(body)
+            if call is not None and await self._answer_tool_call(scope, send, principal, session_id, call):
+                return
+
         async def replay() -> Message:
             return pending.pop(0) if pending else await receive()
 
@@ -340,6 +377,33 @@ class McpGateway:
         finally:
             if stream_open:
                 self.registry.stream_closed(session_id)
+
+
+    async def _answer_tool_call(self, scope: Scope, send: Send, principal: Principal, session_id: str,
+                                call: tuple[int | str, str, dict[str, Any] | None]) -> bool:
+        """Answers a `tools/call` on a live, initialized session of this principal beside the SDK:
+        the same checks the SDK's transport makes on a request, the same handler, the same JSON
+        body, without its per-request streams and tasks (ADR 18). False, having sent nothing,
+        when anything is off the plain path: the SDK then answers the request itself."""
+        transport = self.manager.live_transport(session_id, scope.get("user"))
+        live = self.registry.get(session_id)
+        if transport is None or live is None or live.peer is None:
+            return False
+        request = Request(scope)
+        if not check_accept_headers(request)[0] or await transport._security.validate_request(request, is_post=True):
+            return False
+        request_id, name, arguments = call
+        with self.manager.in_flight(transport):
+            outcome = await run_tool(self.services, self.threads, principal, name, arguments)
+        result: dict[str, Any] = {"content": [{"text": outcome.text, "type": "text"}], "isError": outcome.is_error}
+        if outcome.structured is not None:
+            result["structuredContent"] = outcome.structured
+        payload = msgspec.json.encode({"jsonrpc": "2.0", "id": request_id, "result": result})
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
+            (MCP_SESSION_ID_HEADER.encode(), session_id.encode("latin-1"))]})
+        await send({"type": "http.response.body", "body": payload})
+        return True
 
 
 class AnsweredOnce:

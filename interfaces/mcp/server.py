@@ -8,11 +8,13 @@ request, whatever session it uses.
 
 from __future__ import annotations
 
+import asyncio
 import json
+from concurrent.futures import Executor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-import anyio.to_thread
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
@@ -70,17 +72,47 @@ def principal_of(ctx: ServerRequestContext[Any, Any]) -> Principal:
     return principal
 
 
-def tool_result(answer: dict[str, Any]) -> types.CallToolResult:
-    text = json.dumps(answer, ensure_ascii=False, separators=(",", ":"))
-    return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=answer)
+@dataclass(frozen=True)
+class ToolOutcome:
+    """What one tools/call answers: the text content, and the JSON object unless it failed."""
+
+    text: str
+    structured: dict[str, Any] | None
+
+    @property
+    def is_error(self) -> bool:
+        return self.structured is None
+
+    def result(self) -> types.CallToolResult:
+        return types.CallToolResult(content=[types.TextContent(text=self.text)], structured_content=self.structured,
+                                    is_error=self.is_error)
 
 
-def tool_failure(code: str, message: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(text=f"{code}: {message}")], is_error=True)
+def tool_result(answer: dict[str, Any]) -> ToolOutcome:
+    return ToolOutcome(json.dumps(answer, ensure_ascii=False, separators=(",", ":")), answer)
 
 
-def build_server(services: Services, registry: SessionRegistry) -> SwitchboardServer:
-    """The SDK server whose handlers adapt MCP calls to the application."""
+def tool_failure(code: str, message: str) -> ToolOutcome:
+    return ToolOutcome(f"{code}: {message}", None)
+
+
+async def run_tool(services: Services, threads: Executor, principal: Principal, name: str,
+                   arguments: dict[str, Any] | None) -> ToolOutcome:
+    """One tools/call as the principal: the verb's scope check, its arguments, the application on `threads`."""
+    verb = VERBS.get(name)
+    if verb is None or name not in principal.endpoint.verbs:
+        return tool_failure("forbidden", f"tool {name} is not granted to endpoint {principal.endpoint.slug}")
+    try:
+        args = parse_arguments(verb, arguments)
+        answer = await asyncio.get_running_loop().run_in_executor(
+            threads, partial(verb.run, services, principal.caller, args))
+        return tool_result(answer)
+    except Exception as error:  # every failure is a tool error; unexpected ones are logged as internal
+        return tool_failure(*tool_error(error, verb=name))
+
+
+def build_server(services: Services, registry: SessionRegistry, threads: Executor) -> SwitchboardServer:
+    """The SDK server whose handlers adapt MCP calls to the application (run on `threads`)."""
 
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> types.ListToolsResult:
         verbs = principal_of(ctx).endpoint.verbs
@@ -90,17 +122,8 @@ def build_server(services: Services, registry: SessionRegistry) -> SwitchboardSe
         ])
 
     async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> types.CallToolResult:
-        principal = principal_of(ctx)
-        name = params.name
-        verb = VERBS.get(name)
-        if verb is None or name not in principal.endpoint.verbs:
-            return tool_failure("forbidden", f"tool {name} is not granted to endpoint {principal.endpoint.slug}")
-        try:
-            args = parse_arguments(verb, params.arguments)
-            answer = await anyio.to_thread.run_sync(verb.run, services, principal.caller, args)
-            return tool_result(answer)
-        except Exception as error:  # every failure is a tool error; unexpected ones are logged as internal
-            return tool_failure(*tool_error(error, verb=name))
+        outcome = await run_tool(services, threads, principal_of(ctx), params.name, params.arguments)
+        return outcome.result()
 
     server = SwitchboardServer(
         SERVER_NAME, version=VERSION, instructions=INSTRUCTIONS, on_list_tools=list_tools, on_call_tool=call_tool,

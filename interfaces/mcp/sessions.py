@@ -8,10 +8,16 @@ lock. Sessions live in this process's memory only (docs/adr/0010-mcp-transport.m
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
@@ -122,8 +128,10 @@ class SessionManager(StreamableHTTPSessionManager):
     """The SDK's stateful session manager, telling the registry when a session ends and able to
     end sessions itself (a revoked endpoint's, or all of them at shutdown).
 
-    Overrides `_discard_session`, the one place the SDK forgets a session however it ends;
-    pinned by `mcp>=2.3,<3` and covered by the end-to-end tests.
+    Overrides `_discard_session`, the one place the SDK forgets a session however it ends, and
+    reads the session table, its owners and a transport's idle bookkeeping for the tools/call
+    fast path (docs/adr/0018-mcp-per-call-cost.md); pinned by `mcp>=2.3,<3` and covered by
+    the end-to-end tests.
     """
 
     def __init__(self, *args: Any, registry: SessionRegistry, **kwargs: Any) -> None:
@@ -143,6 +151,38 @@ class SessionManager(StreamableHTTPSessionManager):
             await self._discard_session(session_id, transport)
         else:
             self.registry.closed(session_id)
+
+    def live_transport(self, session_id: str, user: object) -> StreamableHTTPServerTransport | None:
+        """The transport of a live session opened by this user (as the SDK's own look-up decides:
+        same session table, same owner check), else None."""
+        transport = self._server_instances.get(session_id)
+        if transport is None or transport.is_terminated:
+            return None
+        requestor = authorization_context(user) if isinstance(user, AuthenticatedUser) else None
+        if requestor != self._session_owners.get(session_id):
+            return None
+        if transport.idle_scope is not None and transport.idle_scope.cancel_called:
+            return None
+        return transport
+
+    @staticmethod
+    @contextmanager
+    def in_flight(transport: StreamableHTTPServerTransport) -> Iterator[None]:
+        """A request served beside the transport holds its session as one served by it does: the
+        idle countdown is suspended meanwhile and restarts when the last request completes
+        (the SDK's `StreamableHTTPServerTransport.handle_request`)."""
+        idle, timeout = transport.idle_scope, transport._idle_timeout
+        if idle is None or timeout is None:
+            yield
+            return
+        transport._requests_in_flight += 1
+        idle.deadline = math.inf
+        try:
+            yield
+        finally:
+            transport._requests_in_flight -= 1
+            if not transport._requests_in_flight:
+                idle.deadline = anyio.current_time() + timeout
 
     def forget_gone(self) -> None:
         """Drops registry entries the SDK no longer holds (a session that failed while opening)."""

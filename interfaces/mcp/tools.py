@@ -66,6 +66,9 @@ class ClaimNext(Args):
     lease_ttl_seconds: LeaseTtl = None
     claimant: Claimant = None
     require_fence: RequireFence = False
+    max: Annotated[int | None, _doc(
+        "claim up to this many at once (1..100), oldest first, one lease each; the answer is then"
+        " {empty, todos: [...]}", minimum=1, maximum=100)] = None
 
 
 class Heartbeat(Args):
@@ -183,9 +186,10 @@ VERBS: dict[str, Verb] = {v.name: v for v in (
          lambda s, c, a: s.app.claim(a.id, caller=c, lease_ttl_seconds=a.lease_ttl_seconds, claimant=a.claimant,
                                      require_fence=a.require_fence)),
     Verb("claim_next", "Claims the oldest available todo across your queues (or the one given): "
-                       "{empty: false, todo} or {empty: true}. Call this to get work.", ClaimNext,
+                       "{empty: false, todo} or {empty: true}; with max, up to that many: {empty, todos}. "
+                       "Call this to get work.", ClaimNext,
          lambda s, c, a: s.app.claim_next(caller=c, queue=a.queue, lease_ttl_seconds=a.lease_ttl_seconds,
-                                          claimant=a.claimant, require_fence=a.require_fence)),
+                                          claimant=a.claimant, require_fence=a.require_fence, max_todos=a.max)),
     Verb("heartbeat", "Extends the lease you hold to now + ttl.", Heartbeat,
          lambda s, c, a: s.app.heartbeat(a.id, caller=c, lease_ttl_seconds=a.lease_ttl_seconds,
                                          lease_token=a.lease_token)),

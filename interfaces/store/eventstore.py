@@ -593,6 +593,12 @@ class SqlEventStore:
             loaded[aggregate_id] = aggregate if isinstance(aggregate, cls) else None
         return loaded
 
+    def version_of(self, aggregate_id: UUID) -> int:
+        """The aggregate's current version (0 when it has no events): one primary-key lookup."""
+        key: Any = aggregate_id.hex if self.url.dialect == "sqlite" else aggregate_id
+        rows = self.db.query("SELECT max(originator_version) FROM stored_events WHERE originator_id = %s", (key,))
+        return int(rows[0][0] or 0) if rows else 0
+
     def stream(self, aggregate_id: UUID) -> list[Recorded]:
         """Every event of one aggregate with its position in the global log."""
         if self.url.dialect == "sqlite":

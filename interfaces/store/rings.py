@@ -22,6 +22,8 @@ RINGS_DDL = (
     "CREATE INDEX IF NOT EXISTS sb_rings_rung_at ON sb_rings (rung_at)",
 )
 KEEP_RINGS = RING_OFFSETS[-1] + 2 * RING_GRACE
+DUE_PER_SCAN = 100
+"""Rings one scan reads at most (the next scan, 10 ms later, reads on)."""
 
 
 @dataclass(frozen=True)
@@ -48,39 +50,54 @@ class SqlRings:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def due(self, endpoint_ids: Sequence[str], now: datetime, grace: timedelta = RING_GRACE) -> list[DueRing]:
-        """Rings of these endpoints' pending todos whose time came less than `grace` ago, oldest first
-        (one index range per ring of the schedule)."""
+    def due(self, endpoint_ids: Sequence[str], now: datetime, grace: timedelta = RING_GRACE,
+            limit: int = DUE_PER_SCAN) -> list[DueRing]:
+        """Rings of these endpoints' pending todos whose time came less than `grace` ago and that no
+        process has taken yet, oldest first, at most `limit` (one index range per ring of the
+        schedule; a scan never re-reads the rings it already took)."""
         if not endpoint_ids:
             return []
         marks = ", ".join(["%s"] * len(endpoint_ids))
-        windows = " OR ".join(["(pending_since > %s AND pending_since <= %s)"] * len(RING_OFFSETS))
+        window = "(d.pending_since > %s AND d.pending_since <= %s)"
+        windows = " OR ".join([window] * len(RING_OFFSETS))
+        number = "CASE " + " ".join(f"WHEN {window} THEN {n}" for n in range(len(RING_OFFSETS))) + " END"
         bounds: list[int] = []
         for offset in RING_OFFSETS:
             bounds += [micros(now - offset - grace), micros(now - offset)]
         rows = self.db.query(
-            "SELECT todo_id, endpoint_id, queue, source, kind, title, spell, pending_since FROM sb_doorbell"
-            f" WHERE endpoint_id IN ({marks}) AND pending_since IS NOT NULL AND ({windows})"
-            " ORDER BY pending_since, todo_id",
-            (*endpoint_ids, *bounds),
+            "SELECT d.todo_id, d.endpoint_id, d.queue, d.source, d.kind, d.title, d.spell, d.pending_since"
+            f" FROM sb_doorbell d WHERE d.endpoint_id IN ({marks}) AND d.pending_since IS NOT NULL AND ({windows})"
+            " AND NOT EXISTS (SELECT 1 FROM sb_rings r WHERE r.todo_id = d.todo_id AND r.spell = d.spell"
+            f" AND r.ring_no = {number}) ORDER BY d.pending_since, d.todo_id LIMIT %s",
+            (*endpoint_ids, *bounds, *bounds, limit),
         )
         due: list[DueRing] = []
         now_us = micros(now)
         for todo_id, endpoint_id, queue, source, kind, title, spell, since in rows:
-            number = ring_due(timedelta(microseconds=now_us - since), grace)
-            if number is not None:
-                due.append(DueRing(todo_id, endpoint_id, queue, source, kind, title, int(spell), number))
+            ring_no = ring_due(timedelta(microseconds=now_us - since), grace)
+            if ring_no is not None:
+                due.append(DueRing(todo_id, endpoint_id, queue, source, kind, title, int(spell), ring_no))
         return due
 
     def take(self, ring: DueRing, now: datetime) -> bool:
         """Claims the ring for this process: True exactly once across every process."""
-        with self.db.transaction() as tx:
-            tx.execute(
-                "INSERT INTO sb_rings (todo_id, spell, ring_no, rung_at) VALUES (%s, %s, %s, %s)"
-                " ON CONFLICT (todo_id, spell, ring_no) DO NOTHING",
-                (ring.todo_id, ring.spell, ring.ring_no, micros(now)),
-            )
-            return tx.rowcount == 1
+        return ring.key in self.take_all([ring], now)
+
+    def take_all(self, rings: Sequence[DueRing], now: datetime) -> set[tuple[str, int, int]]:
+        """Claims these rings for this process in one statement; the keys of those it got (each
+        ring is got exactly once across every process)."""
+        if not rings:
+            return set()
+        values = ", ".join(["(%s, %s, %s, %s)"] * len(rings))
+        params: list[object] = []
+        for ring in rings:
+            params += [ring.todo_id, ring.spell, ring.ring_no, micros(now)]
+        rows = self.db.query(
+            f"INSERT INTO sb_rings (todo_id, spell, ring_no, rung_at) VALUES {values}"
+            " ON CONFLICT (todo_id, spell, ring_no) DO NOTHING RETURNING todo_id, spell, ring_no",
+            params,
+        )
+        return {(todo_id, int(spell), int(ring_no)) for todo_id, spell, ring_no in rows}
 
     def prune(self, now: datetime) -> None:
         """Forgets rings older than the longest schedule (none of their spells can ring again)."""

@@ -152,3 +152,39 @@ def test_a_revoke_in_one_process_takes_effect_in_the_other_at_once(sb):
         sb.app.claim_next(caller=agent(vended))
     with pytest.raises(Conflict):
         sb.push(vended)
+
+
+def test_a_known_credential_is_not_resolved_again_while_its_endpoint_is_unchanged(sb):
+    vended = sb.vend("worker")
+    assert sb.app.authenticate_endpoint(vended["credential"]) is not None
+    store = sb.container.store
+    loads = []
+    real_load = store.load
+    store.load = lambda cls, aggregate_id: loads.append(aggregate_id) or real_load(cls, aggregate_id)
+    try:
+        for _ in range(3):
+            assert sb.app.authenticate_endpoint(vended["credential"]).slug == vended["slug"]
+    finally:
+        del store.load
+    assert loads == []  # one version look-up per call, no replay of the endpoint's stream
+
+
+def test_an_endpoint_changed_by_another_process_is_seen_at_the_next_authentication(sb):
+    second = sb.another_process().app
+    vended = sb.vend("worker")
+    for _ in range(2):
+        assert sb.app.authenticate_endpoint(vended["credential"]).default_lease_seconds is None
+
+    second.set_default_lease(vended["slug"], 600, caller=CLI)
+    assert sb.app.authenticate_endpoint(vended["credential"]).default_lease_seconds == 600
+
+    second.revoke(vended["slug"], caller=CLI)
+    assert sb.app.authenticate_endpoint(vended["credential"]) is None
+    assert sb.app.authenticate_endpoint(vended["credential"]) is None  # and stays refused
+
+
+def test_an_endpoint_expiring_is_refused_though_its_credential_is_known(sb):
+    vended = sb.vend("worker", ttl_seconds=60)
+    assert sb.app.authenticate_endpoint(vended["credential"]) is not None
+    sb.tick(60)
+    assert sb.app.authenticate_endpoint(vended["credential"]) is None

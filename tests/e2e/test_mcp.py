@@ -142,7 +142,7 @@ def test_tools_list_is_exactly_the_endpoint_verbs(stack):
                 assert tool.description, tool.name
             schemas = {t.name: t.input_schema for t in tools}
             assert schemas["get_todo"]["required"] == ["id"]
-            assert set(schemas["claim_next"]["properties"]) == {"queue", "lease_ttl_seconds", "claimant", "require_fence"}
+            assert set(schemas["claim_next"]["properties"]) == {"queue", "lease_ttl_seconds", "claimant", "require_fence", "max"}
             assert schemas["list_todos"]["properties"]["limit"]["maximum"] == 200
             assert schemas["create_webhook"]["required"] == ["source_type", "target_queue"]
             assert schemas["set_default_lease"]["required"] == ["default_lease_ttl_seconds"]
@@ -212,6 +212,58 @@ def test_http_refusals_before_the_sdk(stack):
         assert http.post(f"{stack.base}/mcp/", headers=bearer(mine)).status_code == 404
         assert http.post(f"{stack.base}/mcp/{mine['slug']}/extra", headers=bearer(mine)).status_code == 404
         assert http.put(url, headers=bearer(mine)).status_code == 405
+
+
+def test_requests_are_answered_with_one_json_body_and_the_get_stream_stays_sse(stack):
+    """Each POST is answered with its JSON-RPC response as application/json (no SSE stream per
+    POST); the notification stream opened by GET is still text/event-stream (ADR 18)."""
+    mine = stack.vend(agent("json"), "--queue", "work")
+    url = mine["mcp_url"]
+    accept = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    with httpx.Client(timeout=10) as http:
+        init = http.post(url, headers={**accept, **bearer(mine)}, json={
+            "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": HANDSHAKE, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+        assert init.status_code == 200 and init.headers["content-type"] == "application/json", init.headers
+        assert init.json()["result"]["serverInfo"]["name"] == "switchboard"
+        session = {**bearer(mine), "mcp-session-id": init.headers["mcp-session-id"], "mcp-protocol-version": HANDSHAKE}
+        assert http.post(url, headers={**accept, **session},
+                         json={"jsonrpc": "2.0", "method": "notifications/initialized"}).status_code == 202
+        called = http.post(url, headers={**accept, **session}, json={
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "claim_next", "arguments": {}}})
+        assert called.status_code == 200 and called.headers["content-type"] == "application/json"
+        assert called.json()["id"] == 2
+        assert called.json()["result"]["structuredContent"] == {"empty": True}
+        with http.stream("GET", url, headers={"accept": "text/event-stream", **session}) as stream:
+            assert stream.status_code == 200
+            assert stream.headers["content-type"].startswith("text/event-stream")
+
+        # a plain tools/call is answered beside the SDK (ADR 18), one with _meta by the SDK: the same answers
+        def tool(request_id: int, name: str, arguments: dict[str, Any], **params: Any) -> dict[str, Any]:
+            response = http.post(url, headers={**accept, **session}, json={
+                "jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                "params": {"name": name, "arguments": arguments, **params}})
+            assert response.status_code == 200 and response.headers["content-type"] == "application/json"
+            assert response.headers["mcp-session-id"] == session["mcp-session-id"]
+            return response.json()
+
+        pushed = stack.cli.json("todo", "push", mine["slug"], "équipe «json»", "--queue", "work",
+                                "--payload", '{"n": 1}')
+        todo_id = pushed["id"] if "id" in pushed else pushed["todo"]["id"]
+        for name, arguments in (("get_todo", {"id": todo_id}), ("get_todo", {"id": "td_" + "0" * 32}),
+                                ("get_todo", {"id": todo_id, "bogus": 1}), ("create_webhook", {}),
+                                ("no_such_verb", {}), ("list_todos", {"limit": 5})):
+            plain, via_sdk = tool(7, name, arguments), tool(7, name, arguments, _meta={})
+            assert plain == via_sdk, (name, plain, via_sdk)
+        assert tool(8, "get_todo", {"id": todo_id})["result"]["structuredContent"]["title"] == "équipe «json»"
+
+        # another endpoint naming this session, and the session once deleted: 404, as from the SDK
+        stranger = stack.vend(agent("stranger"), "--queue", "work")
+        call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "list_todos", "arguments": {}}}
+        foreign = http.post(stranger["mcp_url"], headers={**accept, **session, **bearer(stranger)}, json=call)
+        assert foreign.status_code == 404, foreign.text
+        assert http.delete(url, headers=session).status_code == 200
+        assert http.post(url, headers={**accept, **session}, json=call).status_code == 404
 
 
 def test_round_trip_from_a_signed_delivery_to_a_completed_todo(stack):
@@ -489,5 +541,28 @@ def test_webhook_verbs(stack):
             assert await call(client, "delete_webhook", webhook_id=wid) == {"webhook_id": wid, "deleted": True}
             assert (await http.post(rotated["ingest_url"], content=b"{}")).status_code == 404
             assert (await call(client, "list_webhooks"))["webhooks"] == []
+
+    anyio.run(scenario)
+
+
+def test_claim_next_with_max_claims_a_batch_over_mcp(stack):
+    mine = stack.vend(agent("batch"), "--queue", "work")
+    pushed = [stack.cli.json("todo", "push", mine["slug"], f"todo {n}", "--queue", "work") for n in range(3)]
+    ids = [p["id"] if "id" in p else p["todo"]["id"] for p in pushed]
+
+    async def scenario() -> None:
+        async with connect(mine) as client:
+            schema = next(t for t in (await client.list_tools()).tools if t.name == "claim_next").input_schema
+            assert schema["properties"]["max"]["maximum"] == 100
+            batch = await call(client, "claim_next", max=2, require_fence=True)
+            assert batch["empty"] is False and [t["id"] for t in batch["todos"]] == ids[:2]
+            assert all(t["state"] == "claimed" and t["lease_token"] for t in batch["todos"])
+            for todo in batch["todos"]:
+                done = await call(client, "complete", id=todo["id"], lease_token=todo["lease_token"])
+                assert done["state"] == "done"
+            assert (await call(client, "claim_next"))["todo"]["id"] == ids[2]  # without max: as before
+            assert await call(client, "claim_next", max=5) == {"empty": True, "todos": []}
+            assert (await refused(client, "claim_next", max=0)).startswith("invalid_argument: ")
+            assert (await refused(client, "claim_next", max=101)).startswith("invalid_argument: ")
 
     anyio.run(scenario)

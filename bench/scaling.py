@@ -1,0 +1,129 @@
+"""One `switchboard serve` against two on one PostgreSQL, in one run: ingest and MCP drain.
+
+Run:  .venv/bin/python bench/scaling.py [--rounds 3] [--seconds 6] [--senders 8] [--todos 600]
+                                        [--sessions 8] [--pg-url URL]
+
+Each round: a fresh database and data dir per workload (both processes share the data dir, so
+the same secret key); the one-process and the two-process runs alternate, their order swapping
+each round. Ingest: `--senders` keep-alive threads POST the signed GitHub delivery, sender i to
+process i mod n (a round-robin split of the senders, as a load balancer spreading connections
+would); deliveries/s after a warm-up. MCP: `--todos` todos drained by `--sessions` sessions of
+the official client, session i opened on process i mod n and kept there (sticky per session, as
+ADR 10 asks of a load balancer). Ratios two/one per round, their medians, the machine's core
+count and load average: the scaling the README claims, measured on THIS machine, where the
+servers, PostgreSQL and the clients share its cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.claim_complete import Databases, log  # noqa: E402
+from bench.ingest import FIXTURE, Server, drive, setup_switchboard, switchboard_server  # noqa: E402
+from bench.mcp_drain import mcp_drain, push_round, setup_server_db  # noqa: E402
+from tests.fixtures import fixture  # noqa: E402
+
+ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def start(processes: int, label: str, url: str, data_dir: str) -> list[Server]:
+    servers: list[Server] = []
+    try:
+        for n in range(processes):
+            servers.append(switchboard_server(f"{label}-{n}", url, data_dir).start())
+    except BaseException:
+        stop(servers)
+        raise
+    return servers
+
+
+def stop(servers: list[Server]) -> None:
+    for server in servers:
+        server.stop()
+
+
+def ingest_round(processes: int, dbs: Databases, tmp: str, tag: str, args: argparse.Namespace) -> float:
+    url = dbs.create(f"ingest_{tag}")
+    data_dir = os.path.join(tmp, f"ingest-{tag}")
+    os.makedirs(data_dir)
+    token, secret = setup_switchboard(url, data_dir, with_rule=False)
+    servers = start(processes, f"ingest-{tag}", url, data_dir)
+    try:
+        result = drive(f"{processes}p", servers, token, secret, fixture(FIXTURE), senders=args.senders, warmup=1.0,
+                       seconds=args.seconds)
+    finally:
+        stop(servers)
+        dbs.drop(url)
+    if result.failures:
+        log(f"    ! {result.failures[:3]}")
+    return result.rate
+
+
+def mcp_round(processes: int, dbs: Databases, tmp: str, tag: str, args: argparse.Namespace) -> dict[str, Any]:
+    url = dbs.create(f"mcp_{tag}")
+    data_dir = os.path.join(tmp, f"mcp-{tag}")
+    os.makedirs(data_dir)
+    setup = setup_server_db(url, data_dir)
+    servers = start(processes, f"mcp-{tag}", url, data_dir)
+    try:
+        push_round(url, data_dir, setup["drain"]["slug"], args.todos, start_at=1)
+        return mcp_drain(servers, setup["drain"], args.sessions)
+    finally:
+        stop(servers)
+        dbs.drop(url)
+
+
+def load() -> str:
+    return "%.2f %.2f %.2f" % os.getloadavg()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=6.0, help="measured ingest seconds per run")
+    parser.add_argument("--senders", type=int, default=8)
+    parser.add_argument("--todos", type=int, default=600, help="todos drained over MCP per run")
+    parser.add_argument("--sessions", type=int, default=8)
+    parser.add_argument("--pg-url", default=ADMIN_URL)
+    args = parser.parse_args()
+    dbs = Databases(args.pg_url)
+    ingest: dict[int, list[float]] = {1: [], 2: []}
+    mcp: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
+    log(f"scaling bench: {args.rounds} rounds; machine: {os.cpu_count()} cores, load average {load()}")
+    with tempfile.TemporaryDirectory(prefix="sb-scaling-bench-") as tmp:
+        try:
+            for r in range(args.rounds):
+                order = (1, 2) if r % 2 == 0 else (2, 1)
+                for n in order:
+                    ingest[n].append(ingest_round(n, dbs, tmp, f"{r}_{n}", args))
+                    log(f"[{r + 1}] ingest, {n} process(es): {ingest[n][-1]:8.1f} deliveries/s  (load {load()})")
+                for n in order:
+                    m = mcp_round(n, dbs, tmp, f"{r}_{n}", args)
+                    mcp[n].append(m)
+                    log(f"[{r + 1}] mcp,    {n} process(es): {m['rate']:8.1f} todos/s, per session {m['per_session']},"
+                        f" server cpu {m['cpu_per_call'] * 1000:.2f} ms/call  (load {load()})")
+        finally:
+            dbs.drop_all()
+    ingest_ratio = statistics.median(b / a for a, b in zip(ingest[1], ingest[2]))
+    mcp_ratio = statistics.median(b["rate"] / a["rate"] for a, b in zip(mcp[1], mcp[2]))
+    log("\n================ SUMMARY ================")
+    log(f"machine: {os.cpu_count()} cores, shared by the servers, PostgreSQL and the clients")
+    log(f"ingest: 1 process {statistics.median(ingest[1]):.1f}/s, 2 processes {statistics.median(ingest[2]):.1f}/s"
+        f" (medians); ratio two/one = {ingest_ratio:.3f} (median of the rounds' ratios)")
+    log(f"mcp:    1 process {statistics.median(m['rate'] for m in mcp[1]):.1f} todos/s, 2 processes"
+        f" {statistics.median(m['rate'] for m in mcp[2]):.1f} todos/s; ratio two/one = {mcp_ratio:.3f}")
+    log(f"load average at the end {load()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
