@@ -39,7 +39,7 @@ from domain.webhook import WEBHOOK_PREFIX, Webhook, WebhookCreated
 DRY_RUN_DELIVERIES = 50
 MEMO_SIZE = 10_000
 # How many stored deliveries a replay reads when N is not given: the board and the CLI both use it.
-DEFAULT_REPLAY_LAST = 100
+DEFAULT_REPLAY_LAST = 1000  # CONTRACT §2: `rules replay --last N` defaults to 1000; the board uses it too
 REPLAY_MAX, REPLAY_CHANGED_SHOWN = 100_000, 100
 LOAD_PAGE = 500
 _TOKEN = re.compile(r"[0-9a-f]{32}")
@@ -372,7 +372,7 @@ class Webhooks:
 
     def replay(self, webhook_id: str, candidate: Mapping[str, Any], *, caller: Caller,
                last: int | None = None) -> dict[str, Any]:
-        """Candidate rules against the saved ones over the last N stored deliveries (default 100);
+        """Candidate rules against the saved ones over the last N stored deliveries (default 1000);
         each changed delivery is named by id, kind and title."""
         if last is None:
             last = DEFAULT_REPLAY_LAST

@@ -973,18 +973,18 @@ def test_replay_shows_at_most_100_changes(sb):
     assert replayed["changed"][0]["title"] == "webhook delivery" and replayed["changed"][0]["kind"] is None
 
 
-def test_replay_reads_the_latest_100_deliveries_unless_told_otherwise(sb):
+def test_replay_reads_the_latest_1000_deliveries_unless_told_otherwise(sb):
     owner = sb.vend("defaults")
     hook = create(sb, owner, "generic")
     for i in range(DEFAULT_REPLAY_LAST + 3):
         generic(sb, hook, {"title": f"n{i}"})
     candidate = {"rules": [rule("all", "true", {"drop": True})]}
 
-    assert DEFAULT_REPLAY_LAST == 100
-    assert hooks(sb).replay(hook["webhook_id"], candidate, caller=me(owner))["evaluated"] == 100
+    assert DEFAULT_REPLAY_LAST == 1000
+    assert hooks(sb).replay(hook["webhook_id"], candidate, caller=me(owner))["evaluated"] == 1000
     newest = hooks(sb).replay(hook["webhook_id"], candidate, caller=me(owner), last=1)["changed"]
     assert [c["title"] for c in newest] == [f"webhook: n{DEFAULT_REPLAY_LAST + 2}"]
-    assert hooks(sb).replay(hook["webhook_id"], candidate, caller=me(owner), last=500)["evaluated"] == 103
+    assert hooks(sb).replay(hook["webhook_id"], candidate, caller=me(owner), last=5000)["evaluated"] == 1003
 
 
 # --- projections -------------------------------------------------------------------------------------
