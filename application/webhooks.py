@@ -322,7 +322,11 @@ class Webhooks:
         return rule_set
 
     def set_rules(self, webhook_id: str, document: Mapping[str, Any], *, caller: Caller) -> dict[str, Any]:
-        """Validates, dry-runs over the 50 latest deliveries (any fault refuses), then saves."""
+        """Validates, dry-runs over the 50 latest deliveries (any fault of the rules refuses), then saves.
+
+        A delivery too large to read within the budget faults before any rule runs, whatever the
+        rules: it says nothing about the candidate, so it refuses nothing (else one big delivery
+        would lock a webhook's rules until 50 newer ones pushed it out)."""
         webhook, owner = self._visible(webhook_id, caller)
         rule_set = self._candidate(document, webhook, owner, require_ids=False)
         self.views.catch_up()
@@ -330,7 +334,7 @@ class Webhooks:
         if rule_set.rules and recent:
             outcomes = self.engine.evaluate_many(rule_set, [env for _, env in recent])
             for (event_id, _), (outcome, _) in zip(recent, outcomes):
-                if isinstance(outcome, Faulted):
+                if isinstance(outcome, Faulted) and outcome.kind != "too_large":
                     index = outcome.index if outcome.index is not None and outcome.index < len(rule_set.rules) else None
                     named = rule_label(index, rule_set.rules[index].id if index is not None else None)
                     raise InvalidArgument(f"{named} faulted on delivery {event_id}: {outcome.kind}: {outcome.detail}")

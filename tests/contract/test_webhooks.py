@@ -1045,3 +1045,20 @@ def test_a_delivery_too_large_to_read_within_the_budget_is_held_and_its_trace_sa
     tested = hooks(sb).test_rules(hook["webhook_id"], caller=me(owner), event_id=answer["event_id"])
     assert tested["trace"]["reason"] == "too_large" and tested["decision"]["faulted"] is True
     assert "faulted" not in small and small["queue"] == owner["queues"][0]
+
+
+def test_a_delivery_too_large_to_read_does_not_lock_the_webhooks_rules(sb, monkeypatch):
+    """Its fault comes before any rule runs, so it is no verdict on a candidate: rules still save
+    (a rule that faults on the small deliveries is still refused)."""
+    owner = sb.vend("unlocked")
+    hook = create(sb, owner, "generic")
+    hooks(sb).set_rules(hook["webhook_id"], {"rules": [rule("trivial", '.kind == "push"', {"drop": True})]},
+                        caller=me(owner))
+    monkeypatch.setattr(hooks(sb).engine, "delivery_budget", 0.01)
+    assert generic(sb, hook, {"title": "big", "items": ["x" * 200] * 10_000})["faulted"] is True
+    generic(sb, hook, {"title": "small"})
+
+    candidate = {"rules": [rule("all", "true", {"queue": owner["queues"][0]})]}
+    assert hooks(sb).set_rules(hook["webhook_id"], candidate, caller=me(owner))["rules"] == candidate["rules"]
+    broken = {"rules": [rule("broken", ".title | error", {"drop": True})]}
+    assert code_of(lambda: hooks(sb).set_rules(hook["webhook_id"], broken, caller=me(owner))) == "invalid_argument"
