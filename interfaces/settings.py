@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import secrets
@@ -81,6 +82,10 @@ class Settings:
             check_base_url(self.base_url)
         except InvalidArgument:
             raise ConfigurationError(f"bad base URL {self.base_url!r}: expected http://… or https://…") from None
+        if not (self.ingest_rate >= 0 and math.isfinite(self.ingest_rate)):  # nan and inf too
+            raise ConfigurationError(f"SWITCHBOARD_INGEST_RATE must be 0 (off) or a positive number, not {self.ingest_rate}")
+        if self.ingest_burst < 0:
+            raise ConfigurationError(f"SWITCHBOARD_INGEST_BURST must be 0 or more, not {self.ingest_burst}")
         if not self.body_timeout > 0:
             raise ConfigurationError("SWITCHBOARD_BODY_TIMEOUT must be a positive number of seconds")
         if self.secret_key is not None:
