@@ -240,6 +240,13 @@ class Load:
             answer.seconds = time.monotonic() - started
             self.record(answer)
             raise
+        except anyio.get_cancelled_exc_class():
+            # The session's transport failed under the call (a killed server answering a POST with
+            # a JSON body: the client's task group ends, cancelling the call): outcome unknown
+            answer.outcome, answer.detail = "lost", "cancelled: the session broke under the call"
+            answer.seconds = time.monotonic() - started
+            self.record(answer)
+            raise
         answer.seconds = time.monotonic() - started
         text = result.content[0].text if result.content else ""
         answer.detail = text[:300]
