@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.claim_complete import Databases, log  # noqa: E402
 from bench.ingest import BENCH_SECRET_KEY, FIXTURE, Server, clean_env, drive, free_port, setup_switchboard  # noqa: E402
-from bench.mcp_drain import mcp_drain, push_round, setup_server_db  # noqa: E402
+from bench.mcp_drain import load, mcp_drain, push_round, setup_server_db  # noqa: E402
 from tests.fixtures import fixture  # noqa: E402
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -78,10 +78,6 @@ def mcp_round(stack: str, dbs: Databases, tmp: str, tag: str, args: argparse.Nam
     finally:
         server.stop()
         dbs.drop(url)
-
-
-def load() -> str:
-    return "%.2f %.2f %.2f" % os.getloadavg()
 
 
 def main() -> int:

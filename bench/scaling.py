@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.claim_complete import Databases, log  # noqa: E402
 from bench.ingest import FIXTURE, Server, drive, setup_switchboard, switchboard_server  # noqa: E402
-from bench.mcp_drain import mcp_drain, push_round, setup_server_db  # noqa: E402
+from bench.mcp_drain import load, mcp_drain, push_round, setup_server_db  # noqa: E402
 from tests.fixtures import fixture  # noqa: E402
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -80,10 +80,6 @@ def mcp_round(processes: int, dbs: Databases, tmp: str, tag: str, args: argparse
     finally:
         stop(servers)
         dbs.drop(url)
-
-
-def load() -> str:
-    return "%.2f %.2f %.2f" % os.getloadavg()
 
 
 def main() -> int:
