@@ -168,13 +168,16 @@ class SqlViews:
             params = list(endpoint_ids)
         rows = self.db.query(
             "SELECT w.webhook_id, w.endpoint_id, w.source_type, w.target_queue, w.trust_mode, w.created_at,"
-            " w.rotated_at, (SELECT count(*) FROM sb_webhook_routes r WHERE r.webhook_id = w.webhook_id)"
-            f" FROM sb_webhooks w {where} ORDER BY w.created_at, w.webhook_id", params,
+            " w.rotated_at, (SELECT count(*) FROM sb_webhook_routes r WHERE r.webhook_id = w.webhook_id),"
+            " t.trusted_senders, t.trusted_associations"
+            f" FROM sb_webhooks w LEFT JOIN sb_webhook_trust t ON t.webhook_id = w.webhook_id {where}"
+            " ORDER BY w.created_at, w.webhook_id", params,
         )
         return [
             {"webhook_id": r[0], "endpoint_id": r[1], "source_type": r[2], "target_queue": r[3],
              "trust_mode": r[4], "created_at": iso(from_micros(r[5])), "rotated_at": iso(from_micros(r[6])),
-             "routes": r[7]}
+             "routes": r[7], "trusted_senders": json.loads(r[8]) if r[8] else [],
+             "trusted_associations": json.loads(r[9]) if r[9] else []}
             for r in rows
         ]
 
