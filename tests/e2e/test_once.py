@@ -25,7 +25,8 @@ import httpx
 import pytest
 
 from tests.e2e._ingest import CLI, Stack
-from tests.e2e.test_mcp import call, connect
+from tests.e2e.test_api import operator
+from tests.e2e.test_mcp import call, connect, refused
 from tests.fixtures import fixture
 
 SECRET_KEY = secrets.token_hex(32)
@@ -152,6 +153,23 @@ def test_bad_flags_are_refused_at_save_with_invalid_rule(stack, action, says):
     refused = set_rules(stack, hook, {"rules": [{"id": "r", "expr": "true", "action": action}]})
     assert refused.code == 1 and "invalid_rule" in refused.stderr and says in refused.stderr, refused
     assert stack.cli.json("rules", "get", hook["webhook_id"])["rules"] == []
+
+
+def test_bad_flags_are_refused_with_invalid_rule_over_the_api_and_mcp_too(stack):
+    endpoint, hook = once_hook(stack, "bad-flags-surfaces", {"rules": []})
+    bad = {"rules": [{"id": "r", "expr": "true", "action": {"queue": "inbox", "exclusive": "sure"}}]}
+    answer = operator(stack, "admin").put(f"/webhooks/{hook['webhook_id']}/rules", bad)
+    assert (answer.status_code, answer.json()["code"]) == (400, "invalid_rule"), answer.text
+
+    async def scenario() -> None:
+        async with connect(endpoint) as client:
+            text = await refused(client, "set_webhook_rules", webhook_id=hook["webhook_id"], **bad)
+            assert text.startswith("invalid_rule: rule #1 (r): exclusive must be true or false"), text
+            saved = await call(client, "set_webhook_rules", webhook_id=hook["webhook_id"], rules=[
+                {"id": "r", "expr": "true", "action": {"queue": "inbox", "once": True, "exclusive": True}}])
+            assert saved["rules"][0]["action"] == {"queue": "inbox", "once": True, "exclusive": True}
+
+    anyio.run(scenario)
 
 
 # -- exclusive ----------------------------------------------------------------------------------
