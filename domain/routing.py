@@ -188,22 +188,23 @@ class Decision:
 
 def decide(rule_set: RuleSet, outcome: Outcome, *, targets: tuple[str, ...], target_queue: str,
            scopes: Mapping[str, Collection[str]] | None = None, untrusted: Actor | None = None,
-           subject: str | None = None) -> Decision:
+           subject: str | None = None, webhook_id: str | None = None) -> Decision:
     """First match wins; no match takes the default action, else the target queue on every target;
     a fault holds one todo in `quarantine` on the owner (targets[0]), its trace saying why
     (`reason`: timeout, error or too_large, and a `detail` for people).
 
     `{"quarantine": true}` holds the delivery the same way (trace stage `rule` or `default`);
     `untrusted` (the actor of a delivery the webhook does not trust) holds whatever the rules
-    chose except a drop (trace stage `untrusted`). `exclusive` keeps only the first target, in
+    chose except a drop (trace stage `untrusted`, naming `webhook_id`, whose trust refused it).
+    `exclusive` keeps only the first target, in
     target order, whose scope (`scopes`, endpoint id → queues) contains the queue; `once` names
     the delivery's `subject` in the decision (none: the flag is ignored)."""
     targets = tuple(targets)
     decision = _decide(rule_set, outcome, targets, target_queue, scopes or {}, subject)
     if untrusted is None or decision.drop:
         return decision
-    trace = {"stage": "untrusted", "actor": untrusted.named(), "action": {"queue": QUARANTINE},
-             "rules": decision.trace}
+    trace = {"stage": "untrusted", "actor": untrusted.named(), "webhook_id": webhook_id,
+             "action": {"queue": QUARANTINE}, "rules": decision.trace}
     return Decision(drop=False, queue=QUARANTINE, endpoints=targets[:1], faulted=False, trace=trace, held=True)
 
 

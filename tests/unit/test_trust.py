@@ -236,12 +236,12 @@ def test_an_untrusted_delivery_is_held_on_the_owner_whatever_the_rules_chose():
     rule_set = parse({"rules": [{"id": "all", "expr": "true", "action": {"queue": "work", "once": True}}]})
     dana = Actor("drive-by-dana", "NONE", False)
     decision = decide(rule_set, Matched(0), targets=TARGETS, target_queue="inbox", untrusted=dana,
-                      subject="github:octo-org/octo-repo#12")
+                      subject="github:octo-org/octo-repo#12", webhook_id="wh_1")
     assert (decision.queue, decision.endpoints, decision.held, decision.faulted) == (QUARANTINE, ("ep_owner",), True, False)
     assert decision.once_subject is None  # a held todo is not the subject's live todo
     assert decision.trace["stage"] == "untrusted"
     assert decision.trace["actor"] == {"sender": "drive-by-dana", "association": "NONE"}
-    assert decision.trace["rules"]["rule_id"] == "all"
+    assert decision.trace["rules"]["rule_id"] == "all" and decision.trace["webhook_id"] == "wh_1"
     assert decision.disposition == "held"
 
 
