@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import json
 import secrets
-import threading
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 
 from tests.e2e._ingest import CLI, Stack
 from tests.e2e.test_api import operator
+from tests.e2e.test_ingest_postgres import _parallel as parallel  # n requests released together
 from tests.e2e.test_mcp import call, connect, refused
 from tests.fixtures import fixture
 
@@ -72,19 +70,6 @@ def finish(endpoint: dict[str, Any], todo_id: str) -> None:
             await call(client, "complete", id=todo_id, summary="handled")
 
     anyio.run(scenario)
-
-
-def parallel(send_one, n: int) -> list[httpx.Response]:
-    """`n` requests released together, each on its own connection."""
-    barrier = threading.Barrier(n)
-
-    def one(i: int) -> httpx.Response:
-        with httpx.Client(timeout=60) as client:
-            barrier.wait()
-            return send_one(i, client)
-
-    with ThreadPoolExecutor(max_workers=n) as pool:
-        return list(pool.map(one, range(n)))
 
 
 def assert_one_todo_for_the_subject(stack: Stack, endpoint, hook, responses) -> str:

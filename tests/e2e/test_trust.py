@@ -18,13 +18,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import httpx
 import pytest
 
 from tests.e2e._ingest import CLI, Stack
 from tests.e2e.test_api import operator
+from tests.e2e.test_doorbell import rings_of, streaming
 from tests.e2e.test_mcp import call, connect, refused
-from tests.fixtures import fixture
+from tests.e2e.test_mcp_sessions import ChannelListener, InProcess
+from tests.e2e.test_mcp_sessions import connect as stream
+from tests.fixtures import fixture, sign
 
 SECRET_KEY = "be" * 32
 QUEUES = ("inbox", "reviews")
@@ -251,10 +255,6 @@ def test_trust_changes_are_events_with_actor_and_cause_and_projections_rebuild_v
 
 
 def test_a_held_todo_is_never_rung_and_rings_once_released(tmp_path):
-    from tests.e2e.test_doorbell import rings_of, streaming
-    from tests.e2e.test_mcp_sessions import ChannelListener, InProcess
-    from tests.e2e.test_mcp_sessions import connect as stream
-
     server = InProcess(tmp_path).start()
     try:
         endpoint = server.container.app.vend("bell", queues=["work"], caller=CLI)
@@ -266,7 +266,6 @@ def test_a_held_todo_is_never_rung_and_rings_once_released(tmp_path):
 
         async def deliver(kind: str) -> dict[str, Any]:
             body = fixture(PAYLOADS[kind][0])
-            from tests.fixtures import sign
             headers = {"content-type": "application/json", "x-github-event": kind,
                        "x-github-delivery": str(uuid.uuid4()), **sign("github", hook["signing_secret"], body)}
             async with httpx.AsyncClient() as http:
@@ -289,7 +288,6 @@ def test_a_held_todo_is_never_rung_and_rings_once_released(tmp_path):
                 await rings_of(listener, total=2)
                 assert [r.meta["todo_id"] for r in listener.received] == [trusted["id"], held["id"]]
 
-        import anyio.to_thread  # noqa: F401
         anyio.run(scenario)
     finally:
         server.stop()
