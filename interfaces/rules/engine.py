@@ -35,8 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from interfaces.rules import protocol
 from domain.routing import Faulted, Matched, NoMatch, Outcome, RuleError, RuleSet, rule_label, without_comments
+from interfaces.rules import protocol
 
 log = logging.getLogger(__name__)
 
