@@ -36,6 +36,7 @@ DONE = {
     "revoked": "Endpoint revoked.",
     "webhook_deleted": "Webhook deleted.",
     "rules_saved": "Rules saved.",
+    "trust_saved": "Trusted senders saved.",
 }
 
 
