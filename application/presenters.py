@@ -103,6 +103,13 @@ def endpoint_view(endpoint: Endpoint) -> dict[str, Any]:
     }
 
 
+def with_status(row: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """An endpoint row with its `status` now: `revoked`, `expired` (past `expires_at`, which
+    `Endpoint.is_active` treats as revoked) or `active`."""
+    expired = row["expires_at"] and datetime.fromisoformat(row["expires_at"]) <= now
+    return row | {"status": "revoked" if row["revoked"] else "expired" if expired else "active"}
+
+
 def vended(endpoint: Endpoint, credential: str, base_url: str) -> dict[str, Any]:
     """A vended endpoint with its credential (shown this once) and a ready MCP client config."""
     mcp_url = f"{base_url}/mcp/{endpoint.slug}"

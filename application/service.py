@@ -168,6 +168,18 @@ class Switchboard:
     def get_todo(self, todo_id: str, *, caller: Caller) -> dict[str, Any]:
         return present.todo_full(self.queries.todo(todo_id, caller=caller))
 
+    # -- what the clock decides, by this application's clock (the board shows it) --------
+
+    def todo_now(self, todo_id: str, *, caller: Caller) -> dict[str, Any]:
+        """`get_todo` plus `claimable`: whether a claim would be taken now (`Todo.is_claimable`)."""
+        todo = self.queries.todo(todo_id, caller=caller)
+        return present.todo_full(todo) | {"claimable": todo.is_claimable(self.clock.now())}
+
+    def endpoints_now(self, *, caller: Caller) -> list[dict[str, Any]]:
+        """`list_endpoints`, each row with its `status` now (see `presenters.with_status`)."""
+        now = self.clock.now()
+        return [present.with_status(row, now) for row in self.list_endpoints(caller=caller)]
+
     def history(self, todo_id: str, *, caller: Caller, payloads: bool = True) -> dict[str, Any]:
         return self.queries.history(todo_id, caller=caller, payloads=payloads)
 
