@@ -199,4 +199,8 @@ def accepted(ingested: Ingested) -> dict[str, Any]:
         answer["dropped"] = True
     if decision.faulted:
         answer["faulted"] = True
+    if decision.held:
+        answer["held"] = True
+    if ingested.repeat:
+        answer["repeat"] = True
     return answer

@@ -26,8 +26,9 @@ Claimed = tuple[Todo, "str | None"]  # a claimed todo and its lease token (fence
 
 
 def open_or_reuse(uow: UnitOfWork, endpoint_id: str, key: str | None, open_todo: Callable[[], Todo], *,
-                  actor: str) -> tuple[Todo, bool]:
-    """The live todo an endpoint's idempotency key already names (and False), or the new todo
+                  actor: str, reuse: Callable[[], Todo | None] | None = None) -> tuple[Todo, bool]:
+    """The live todo an endpoint's idempotency key already names (and False), or the live todo
+    `reuse` finds after it (a `once` subject's; False, and the key stays unbound), or the new todo
     `open_todo` opens (and True), the key then bound to it."""
     binding = None
     if key is not None:
@@ -38,6 +39,8 @@ def open_or_reuse(uow: UnitOfWork, endpoint_id: str, key: str | None, open_todo:
                 return existing, False
         else:
             binding = IdempotencyKey.new(endpoint_id=endpoint_id, key=key)
+    if reuse is not None and (live := reuse()) is not None:
+        return live, False
     todo = open_todo()
     uow.add(todo)
     if binding is not None:

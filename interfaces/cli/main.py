@@ -323,9 +323,13 @@ def cmd_webhook_create(args, out: Output) -> int:
 
 
 def cmd_webhook_list(args, out: Output) -> int:
-    columns = ("webhook_id", "endpoint_id", "source_type", "target_queue", "trust_mode", "routes", "created_at")
+    columns = ("webhook_id", "endpoint_id", "source_type", "target_queue", "trust_mode", "routes",
+               "trusted_senders", "trusted_associations", "created_at")
+    def shown(row: dict[str, Any]) -> dict[str, Any]:
+        return {k: ",".join(v) if isinstance(v, list) else v for k, v in row.items()}
+
     return _act(args, out, lambda c: c.webhooks.list(caller=CLI, endpoint=args.endpoint),
-                lambda d: _table(d["webhooks"], columns))
+                lambda d: _table([shown(r) for r in d["webhooks"]], columns))
 
 
 def cmd_webhook_rotate(args, out: Output) -> int:
@@ -335,6 +339,15 @@ def cmd_webhook_rotate(args, out: Output) -> int:
 def cmd_webhook_delete(args, out: Output) -> int:
     return _act(args, out, lambda c: c.webhooks.delete(args.id, caller=CLI),
         lambda r: f"webhook {r['webhook_id']} deleted")
+
+
+def cmd_webhook_trust(args, out: Output) -> int:
+    if args.clear == bool(args.sender or args.association):
+        raise Usage("give --sender and/or --association, or --clear alone")
+    return _act(args, out, lambda c: c.webhooks.set_trust(
+        args.webhook, caller=CLI, senders=args.sender, associations=args.association),
+        lambda r: f"webhook {r['webhook_id']} trusts "
+                  + (", ".join([*r["trusted_senders"], *r["trusted_associations"]]) or "every sender"))
 
 
 def _rules_text(r: dict[str, Any]) -> str:
@@ -546,6 +559,14 @@ def build_parser() -> argparse.ArgumentParser:
         ("delete", cmd_webhook_delete, "delete a webhook"),
     ):
         command(webhook, name, func, help_text).add_argument("id")
+
+    p = command(webhook, "trust", cmd_webhook_trust,
+                "who may create work through a github or gitea webhook (replaces the setting)")
+    p.add_argument("webhook")
+    p.add_argument("--sender", action="append", metavar="LOGIN", help="a trusted login (repeat)")
+    p.add_argument("--association", action="append", metavar="A",
+                   help="a trusted author association: OWNER, MEMBER, COLLABORATOR or CONTRIBUTOR (repeat)")
+    p.add_argument("--clear", action="store_true", help="trust every sender again")
 
     rules = groups.add_parser("rules", help="routing rules").add_subparsers(dest="action", required=True, parser_class=_Parser)
     command(rules, "get", cmd_rules_get, "show a webhook's rules").add_argument("webhook")

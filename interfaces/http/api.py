@@ -105,6 +105,13 @@ class WebhookBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     target_queue: str
 
 
+class TrustBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Who may create work through a github or gitea webhook; absent or empty lists trust everyone."""
+
+    trusted_senders: list[str] = msgspec.field(default_factory=list)
+    trusted_associations: list[str] = msgspec.field(default_factory=list)
+
+
 class RulesBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A rule set, as `rules set --file` reads it: `{rules, default_action?, params?}`."""
 
@@ -271,6 +278,13 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed) -> Ro
     async def delete_webhook(request: Request, webhook_id: FromPath[str]) -> dict[str, Any]:
         return await _run(webhooks.delete, webhook_id, caller=caller_of(request))
 
+    @put("/webhooks/{webhook_id:str}/trust", summary="Set a webhook's trusted senders and associations",
+         description="Replaces both lists (github and gitea webhooks); a delivery from anyone else is held in "
+                     "the owner's quarantine. Empty lists trust every sender.")
+    async def put_trust(request: Request, webhook_id: FromPath[str], data: JSONBody[TrustBody]) -> dict[str, Any]:
+        return await _run(webhooks.set_trust, webhook_id, caller=caller_of(request), senders=data.trusted_senders,
+                          associations=data.trusted_associations)
+
     @get("/webhooks/{webhook_id:str}/rules", summary="A webhook's saved rules")
     async def get_rules(request: Request, webhook_id: FromPath[str]) -> dict[str, Any]:
         return await _run(webhooks.rules, webhook_id, caller=caller_of(request))
@@ -333,7 +347,7 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed) -> Ro
 
     handlers = [
         list_todos, get_todo, todo_history, claim, extend, complete, fail, release, retry, move, discard,
-        vend, list_endpoints, revoke, push, list_webhooks, create_webhook, rotate_webhook, delete_webhook,
+        vend, list_endpoints, revoke, push, list_webhooks, create_webhook, rotate_webhook, delete_webhook, put_trust,
         get_rules, put_rules, test_rules, replay_rules, list_events, get_event, stream,
     ]
     for handler in handlers:
