@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from domain.errors import InvalidArgument
@@ -53,6 +53,10 @@ class TrustPolicy:
 
     senders: tuple[str, ...] = ()
     associations: tuple[str, ...] = ()
+    _logins: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_logins", frozenset(self.senders))  # one lookup, however many are listed
 
     @property
     def active(self) -> bool:
@@ -63,7 +67,7 @@ class TrustPolicy:
         """A listed login or a listed association is trusted; with no lists, everyone is."""
         if not self.active:
             return True
-        if sender is not None and sender.lower() in self.senders:
+        if sender is not None and sender.lower() in self._logins:
             return True
         return association is not None and association.upper() in self.associations
 
