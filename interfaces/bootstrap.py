@@ -14,6 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from application.audit import AuditLog, Sealer
 from application.background import ProjectionWorker, TimerScheduler
 from application.ports import Clock, SystemClock
 from domain.todo import MOVES_TIMER
@@ -23,6 +24,7 @@ from interfaces.crypto import DeferredSecretBox
 from interfaces.rules import JqRuleEngine
 from interfaces.security import Argon2Hasher
 from interfaces.settings import Settings
+from interfaces.store.chain import SqlChain
 from interfaces.store.database import DatabaseUrl
 from interfaces.store.eventstore import SqlEventStore
 from interfaces.store.projector import Projector
@@ -44,6 +46,7 @@ class Container:
     app: Switchboard
     engine: JqRuleEngine
     webhooks: Webhooks
+    audit: AuditLog
 
     def close(self) -> None:
         self.engine.close()
@@ -60,7 +63,8 @@ def build(settings: Settings, *, clock: Clock | None = None) -> Container:
     app = Switchboard(store, views, clock, Argon2Hasher(), settings.base_url)
     engine = JqRuleEngine()  # worker processes start on first use
     webhooks = Webhooks(app, engine, DeferredSecretBox(settings.resolved_secret_key))
-    return Container(settings, clock, store, projector, views, app, engine, webhooks)
+    audit = AuditLog(SqlChain(store), clock)
+    return Container(settings, clock, store, projector, views, app, engine, webhooks, audit)
 
 
 @dataclass
@@ -95,6 +99,9 @@ class Background:
 
         c.store.subscribe(on_commit)
         self._spawn("scheduler", scheduler.run)
+        sealer = Sealer(c.audit)  # the hash chain (docs/adr/0019)
+        self.workers = (*self.workers, sealer)
+        self._spawn("sealer", sealer.run)
         return self
 
     def _spawn(self, name: str, run) -> None:

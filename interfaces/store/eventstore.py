@@ -43,6 +43,7 @@ from interfaces.store.database import (
     DEFAULT_POOL_SIZE, POOL_WAIT, Database, DatabaseUrl, LockBusy, Tx, first_line,
 )
 from interfaces.store.recorders import PostgresEventRecorder, SqliteEventRecorder
+from interfaces.store.chain import CHAIN_DDL
 from interfaces.store.rings import RINGS_DDL
 from projections.base import Projection, Tracking, micros
 
@@ -300,7 +301,7 @@ class SqlEventStore:
                 log.warning("%s.%s keeps its compression until the next start (table busy)", table, column)
 
     def _migrate(self, tx: Any) -> None:
-        for statement in (*Tracking.DDL, *RINGS_DDL):
+        for statement in (*Tracking.DDL, *RINGS_DDL, *CHAIN_DDL):
             tx.execute(statement)
         for projection in self.projections:
             for statement in projection.ddl:
