@@ -132,6 +132,10 @@ class AuditLog:
         head = self.chain.head()
         return {"position": head.position, "hash": head.hash, "time": head.time}
 
+    def unsealed(self) -> int:
+        """How many events were appended after the head (0 when every event is sealed)."""
+        return len(self.chain.read(self.chain.head().position, PAGE))
+
     def export(self, *, after: int = 0) -> Iterator[dict[str, Any]]:
         """Every event from a position as its export line, with the hashes it was sealed with."""
         self.seal()
