@@ -24,7 +24,7 @@ from interfaces.crypto import DeferredSecretBox
 from interfaces.rules import JqRuleEngine
 from interfaces.security import Argon2Hasher
 from interfaces.settings import Settings
-from interfaces.store.chain import SqlChain
+from interfaces.store.chain import SqlChain, sorted_json
 from interfaces.store.database import DatabaseUrl
 from interfaces.store.eventstore import SqlEventStore
 from interfaces.store.projector import Projector
@@ -63,7 +63,7 @@ def build(settings: Settings, *, clock: Clock | None = None) -> Container:
     app = Switchboard(store, views, clock, Argon2Hasher(), settings.base_url)
     engine = JqRuleEngine()  # worker processes start on first use
     webhooks = Webhooks(app, engine, DeferredSecretBox(settings.resolved_secret_key))
-    audit = AuditLog(SqlChain(store), clock)
+    audit = AuditLog(SqlChain(store), clock, fast=sorted_json)
     return Container(settings, clock, store, projector, views, app, engine, webhooks, audit)
 
 

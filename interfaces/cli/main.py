@@ -328,10 +328,11 @@ def cmd_audit_verify(args, out: Output) -> int:
     """Exit 0 with `chain intact: …`, or 1 naming the first bad position (stdout either way)."""
     from application.audit import verify_lines
     from domain.audit import Break
+    from interfaces.store.chain import sorted_json
 
     try:
         if args.file is not None:
-            verdict = verify_lines(_export_lines(args.file), msgspec_json_decode)
+            verdict = verify_lines(_export_lines(args.file), JsonLines().parse, sorted_json)
         else:
             with _closing(_container(args)) as c:
                 verdict = c.audit.verify()
@@ -344,13 +345,21 @@ def cmd_audit_verify(args, out: Output) -> int:
     return EXIT_OK
 
 
-def msgspec_json_decode(line: str) -> Any:
-    import msgspec
+class JsonLines:
+    """Parses export lines: each line's value, and whether it held a float."""
 
-    try:
-        return msgspec.json.decode(line)
-    except msgspec.DecodeError as error:
-        raise ValueError(str(error)) from None
+    def __init__(self) -> None:
+        from interfaces.store.chain import FloatSpotter
+
+        self._spotter = FloatSpotter()
+
+    def parse(self, line: str) -> tuple[Any, bool]:
+        import msgspec
+
+        try:
+            return self._spotter.decode(line)
+        except msgspec.DecodeError as error:
+            raise ValueError(str(error)) from None
 
 
 def _export_lines(path: str) -> Callable[[], Any]:
