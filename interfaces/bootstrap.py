@@ -80,6 +80,8 @@ class Background:
 
     def start(self) -> Background:
         c = self.container
+        sealer = Sealer(c.audit)  # the hash chain (docs/adr/0019), first: it seals what serve wrote at start
+        self._spawn("sealer", sealer.run)
         scheduler = TimerScheduler(c.app, c.views, c.clock)
         self.workers: tuple = (scheduler,)
         if self.projector_process:
@@ -99,9 +101,7 @@ class Background:
 
         c.store.subscribe(on_commit)
         self._spawn("scheduler", scheduler.run)
-        sealer = Sealer(c.audit)  # the hash chain (docs/adr/0019)
         self.workers = (*self.workers, sealer)
-        self._spawn("sealer", sealer.run)
         return self
 
     def _spawn(self, name: str, run) -> None:
