@@ -7,6 +7,7 @@ it was sealed with, `verify` re-computes the chain over the store or over an exp
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from domain.audit import (
 )
 
 PAGE = 1000
+log = logging.getLogger("switchboard.audit")
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,8 @@ class AuditLog:
         self.clock = clock
         self.fast = fast
         """An encoder that gives `canonical_json`'s bytes, faster, for values without floats."""
+        self.stuck: Unreadable | None = None
+        """The event sealing last stopped before, if it could not be read."""
 
     def encoder(self, floats: bool) -> Encode:
         return canonical_json if floats or self.fast is None else self.fast
@@ -125,6 +129,7 @@ class AuditLog:
         links = []
         for event in events:
             if isinstance(event, Unreadable):
+                self.stuck = event  # sealing stops before it: `audit verify` names it
                 break
             record, encode = self.record(event)
             prev_hash = chain_hash(prev_hash, canonical_line(record, encode))
@@ -281,9 +286,15 @@ class Sealer:
     def __init__(self, audit: AuditLog) -> None:
         self.audit = audit
         self.wake = threading.Event()
+        self._reported: Unreadable | None = None
 
     def tick(self) -> float:
         self.audit.seal()
+        stuck = self.audit.stuck
+        if stuck is not None and stuck != self._reported:
+            log.error("sealer: position %s cannot be sealed (%s); `switchboard audit verify` says more",
+                      stuck.position, stuck.reason)
+            self._reported = stuck
         return SEAL_EVERY
 
     def run(self, stop: threading.Event) -> None:

@@ -16,9 +16,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from application.audit import verify_lines
 from application.errors import ConfigurationError, StoreUnavailable
 from application.service import Caller
 from application.webhooks import DEFAULT_REPLAY_LAST, REPLAY_MAX
+from domain.audit import Break
 from domain.endpoint import parse_lifetime
 from domain.errors import DomainError, InvalidArgument
 from interfaces.settings import Settings
@@ -312,8 +314,12 @@ def cmd_projections_rebuild(args, out: Output) -> int:
 
 def cmd_audit_export(args, out: Output) -> int:
     with _closing(_container(args)) as c:
-        for record in c.audit.export(after=args.after):
-            sys.stdout.write(json.dumps(record, separators=(",", ":")) + "\n")
+        try:
+            for record in c.audit.export(after=args.after):
+                sys.stdout.write(json.dumps(record, separators=(",", ":")) + "\n")
+        except Break as broken:  # an event that cannot be read: the lines before it are out
+            print(f"error: chain_broken: {broken}", file=sys.stderr)
+            return EXIT_REFUSED
     return EXIT_OK
 
 
@@ -326,8 +332,6 @@ def cmd_audit_head(args, out: Output) -> int:
 
 def cmd_audit_verify(args, out: Output) -> int:
     """Exit 0 with `chain intact: …`, or 1 naming the first bad position (stdout either way)."""
-    from application.audit import verify_lines
-    from domain.audit import Break
     from interfaces.store.chain import sorted_json
 
     try:

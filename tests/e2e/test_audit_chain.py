@@ -210,3 +210,35 @@ def test_tampering_with_the_store_fails_verify_naming_the_first_bad_position(tam
     assert verdict.stdout.startswith(f"chain broken at position {position}: {kind} ("), str(verdict)
     document = json.loads(cli.run("--json", "audit", "verify").stdout)
     assert (document["position"], document["kind"]) == (position, kind)
+
+
+def test_an_event_that_cannot_be_read_is_named_by_verify_and_stops_export_with_a_clear_error(
+        sqlite_url, tmp_path, make_container):
+    container = _workload(make_container, sqlite_url)
+    container.audit.seal()
+    at = _positions(sqlite_url)[2][0]
+    execute_sql(sqlite_url, f"UPDATE stored_events SET state = X'7b7b7b' WHERE rowid = {at}")  # '{{{'
+    cli = Cli(sqlite_url, tmp_path)
+
+    verdict = cli.run("audit", "verify")
+    assert verdict.code == 1 and "Traceback" not in verdict.stderr, str(verdict)
+    assert verdict.stdout.startswith(f"chain broken at position {at}: altered (its stored data is not readable"), str(verdict)
+    export = cli.run("audit", "export")
+    assert export.code == 1 and "Traceback" not in export.stderr, str(export)
+    assert export.stderr.startswith(f"error: chain_broken: chain broken at position {at}: altered"), str(export)
+    assert len(export.stdout.splitlines()) == 2  # the lines before it
+
+
+def test_verify_file_refuses_what_is_not_an_export_with_a_clear_error(tmp_path):
+    cli = Cli(None, tmp_path)
+    missing = cli.run("audit", "verify", "--file", str(tmp_path / "nope.jsonl"))
+    assert missing.refused("invalid_argument").startswith("cannot read export file")
+    (tmp_path / "junk.jsonl").write_text("not json\n")
+    junk = cli.run("audit", "verify", "--file", str(tmp_path / "junk.jsonl"))
+    assert junk.code == 1 and junk.stdout.startswith("chain broken: altered (line 1 is not JSON"), str(junk)
+    (tmp_path / "other.jsonl").write_text('{"a": 1}\n')
+    other = cli.run("audit", "verify", "--file", str(tmp_path / "other.jsonl"))
+    assert other.code == 1 and "line 1 is not an export line" in other.stdout, str(other)
+    (tmp_path / "empty.jsonl").write_text("")
+    assert cli.run("audit", "verify", "--file", str(tmp_path / "empty.jsonl")).ok().stdout.strip() == (
+        "chain intact: 0 events, head " + "0" * 64)
