@@ -18,7 +18,7 @@ from application.ports import Clock
 from application.service import AGGREGATE_NAMES
 from domain.audit import (
     ALTERED, DUPLICATED, INSERTED, MISSING, OUT_OF_ORDER, ZERO_HASH, Break, Chain, Encode, canonical_json,
-    canonical_line, chain_hash, check_order, export_parts,
+    canonical_line, chain_hash, check_digests, check_order, export_parts,
 )
 
 PAGE = 1000
@@ -66,6 +66,8 @@ class ChainStore(Protocol):
     def seals(self, after: int, stop: int | None, limit: int) -> list[tuple[int, str]]: ...
 
     def hash_at_or_before(self, position: int) -> str | None: ...
+
+    def count_after(self, position: int) -> int: ...
 
     def seal(self, link: Callable[[str, Sequence[LoggedEvent | Unreadable]], list[tuple[int, str, str]]],
              now: Callable[[], Any]) -> int: ...
@@ -147,10 +149,14 @@ class AuditLog:
 
     def unsealed(self) -> int:
         """How many events were appended after the head (0 when every event is sealed)."""
-        return len(self.chain.read(self.chain.head().position, PAGE))
+        return self.chain.count_after(self.chain.head().position)
 
     def export(self, *, after: int = 0) -> Iterator[dict[str, Any]]:
-        """Every event from a position as its export line, with the hashes it was sealed with."""
+        """Every event from a position as its export line, with the hashes it was sealed with.
+
+        `prev_hash` is the sealed link before it, so a file made from a store whose event was
+        deleted after sealing shows that event missing, as `audit verify` on the store does.
+        """
         self.seal()
         prev = self.chain.hash_at_or_before(after) or ZERO_HASH if after > 0 else ZERO_HASH
         while True:
@@ -158,16 +164,19 @@ class AuditLog:
             if not events:
                 return
             stop = events[-1].position
-            hashes = dict(self.chain.seals(after, stop, PAGE))
-            if any(e.position not in hashes for e in events) and self.seal():
-                hashes = dict(self.chain.seals(after, stop, PAGE))  # sealed since (another writer)
-            for event in events:
+            seals = self.chain.seals(after, stop, stop - after)
+            if len(seals) < len(events) and self.seal():  # appended since the seal above
+                seals = self.chain.seals(after, stop, stop - after)
+            for _, hash_, event in _merge(iter(events), iter(seals)):
+                if event is None:  # sealed, and gone from the log
+                    prev = hash_
+                    continue
                 if isinstance(event, Unreadable):
                     raise Break(event.position, ALTERED, f"{event.reason}; `audit verify` checks the whole log")
                 record = record_of(event, self.encoder(event.floats))
-                record["prev_hash"], record["hash"] = prev, hashes.get(event.position)
-                if record["hash"] is not None:
-                    prev = record["hash"]
+                record["prev_hash"], record["hash"] = prev, hash_
+                if hash_ is not None:
+                    prev = hash_
                 yield record
             after = stop
 
@@ -265,7 +274,17 @@ def verify_lines(open_lines: Callable[[], Iterable[str]], parse: Callable[[str],
         if chain is None:
             start = record.get("prev_hash")
             chain, first = Chain(start if isinstance(start, str) else ZERO_HASH), record["position"]
-        chain.add(record, canonical_json if floats or fast is None else fast)
+        encode = canonical_json if floats or fast is None else fast
+        try:
+            chain.add(record, encode)
+        except Break as error:
+            if error.kind == ALTERED and check_digests(record, encode) is None:
+                for later, _ in records():  # its line may make a later position's link: moved there
+                    if later["position"] > record["position"] and later.get("hash") == chain_hash(
+                            str(later.get("prev_hash")), canonical_line({**record, "position": later["position"]}, encode)):
+                        raise Break(record["position"], OUT_OF_ORDER,
+                                    f"its event was sealed at position {later['position']}") from None
+            raise
     if chain is None:
         return Verdict(0, ZERO_HASH)
     return Verdict(chain.count, chain.head, chain.start, first)

@@ -151,6 +151,10 @@ class SqlChain:
             "SELECT hash FROM sb_audit_chain WHERE position <= %s ORDER BY position DESC LIMIT 1", (position,))
         return rows[0][0] if rows else None
 
+    def count_after(self, position: int) -> int:
+        """How many events the log holds after a position."""
+        return int(self.db.query(f"SELECT count(*) FROM stored_events WHERE {self._position} > %s", (position,))[0][0])
+
     def seal(self, link: Callable[[str, Sequence[LoggedEvent | Unreadable]], list[tuple[int, str, str]]],
              now: Any) -> int:
         """Seals every event after the head, a page at a time; returns how many it sealed.

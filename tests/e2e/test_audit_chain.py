@@ -210,6 +210,12 @@ def test_tampering_with_the_store_fails_verify_naming_the_first_bad_position(tam
     assert verdict.stdout.startswith(f"chain broken at position {position}: {kind} ("), str(verdict)
     document = json.loads(cli.run("--json", "audit", "verify").stdout)
     assert (document["position"], document["kind"]) == (position, kind)
+    # an export of the tampered store says the same, with the hashes sealed before the tampering
+    path = tmp_path / "export.jsonl"
+    path.write_text(cli.run("audit", "export").ok().stdout)
+    from_file = cli.run("audit", "verify", "--file", str(path))
+    assert from_file.code == 1 and from_file.stdout.startswith(f"chain broken at position {position}: {kind} ("), \
+        str(from_file)
 
 
 def test_an_event_that_cannot_be_read_is_named_by_verify_and_stops_export_with_a_clear_error(
