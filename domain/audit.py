@@ -204,7 +204,10 @@ class Chain:
                                                    f"is absent: {link}")
             after = "the start" if self.position is None else f"position {self.position}"
             raise Break(position, MISSING, f"an event between {after} and this one is absent: {link}")
-        computed = chain_hash(self.head, canonical_line(record, encode))
+        try:
+            computed = chain_hash(self.head, canonical_line(record, encode))
+        except (TypeError, ValueError, AttributeError) as error:  # e.g. `digests` or `data` not an object
+            raise Break(position, ALTERED, f"it is not an export line: {error}") from None
         if computed != record.get("hash"):
             why = check_digests(record, encode) or f"its line hashes to {computed[:12]}…, not {str(record.get('hash'))[:12]}…"
             raise Break(position, ALTERED, why)

@@ -112,3 +112,12 @@ def test_a_version_sealed_twice_is_a_duplicate_even_when_the_links_hold():
     with pytest.raises(Break) as broken:
         _verify(records)
     assert (broken.value.position, broken.value.kind) == (4, "duplicated")
+
+
+@pytest.mark.parametrize("field, value", [("digests", "x"), ("data", [1]), ("digests", {"payload": "x"})])
+def test_a_line_whose_parts_are_not_objects_is_altered_not_a_crash(field, value):
+    records = _three()
+    records[1][field] = value
+    with pytest.raises(Break) as broken:
+        _verify(records)
+    assert (broken.value.position, broken.value.kind) == (2, "altered")
