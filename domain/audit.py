@@ -116,8 +116,10 @@ def export_parts(event_type: str, data: dict[str, Any], encode: Encode = canonic
 
 def canonical_line(record: Mapping[str, Any], encode: Encode = canonical_json) -> bytes:
     """The sealed bytes of an export line: without hash/prev_hash/digests, digests in place."""
-    line = {k: v for k, v in record.items() if k not in ("hash", "prev_hash", "digests")}
-    digests = record.get("digests") or {}
+    line = dict(record)
+    line.pop("hash", None)
+    line.pop("prev_hash", None)
+    digests = line.pop("digests", None)
     if digests:
         line["data"] = {**line.get("data", {}), **digests}
     return encode(line)
@@ -226,6 +228,9 @@ class Chain:
     def _check_version(self, record: Mapping[str, Any]) -> None:
         aggregate, version, position = record.get("aggregate"), record.get("version"), record.get("position")
         last = self._versions.get(aggregate)
+        if last is not None and version == last[0] + 1:  # the usual case, first
+            self._versions[aggregate] = (version, position)
+            return
         if last is None:
             if version != 1 and self.start == ZERO_HASH:
                 raise Break(position, OUT_OF_ORDER, f"{aggregate} starts at version {version}")
