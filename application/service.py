@@ -700,6 +700,21 @@ class Switchboard:
     def get_todo(self, todo_id: str, *, caller: Caller) -> dict[str, Any]:
         return todo_full(self._visible_todo(todo_id, caller))
 
+    # -- what the clock decides, by this application's clock (the board shows it) --------
+
+    def todo_now(self, todo_id: str, *, caller: Caller) -> dict[str, Any]:
+        """`get_todo` plus `claimable`: whether a claim would be taken now (`Todo.is_claimable`)."""
+        todo = self._visible_todo(todo_id, caller)
+        return todo_full(todo) | {"claimable": todo.is_claimable(self.clock.now())}
+
+    def endpoints_now(self, *, caller: Caller) -> list[dict[str, Any]]:
+        """`list_endpoints`, each row with its `status` now: `revoked`, `expired` (past `expires_at`,
+        which `Endpoint.is_active` treats as revoked) or `active`."""
+        now = self.clock.now()
+        return [row | {"status": "revoked" if row["revoked"] else "expired" if row["expires_at"] and (
+            datetime.fromisoformat(row["expires_at"]) <= now) else "active"}
+            for row in self.list_endpoints(caller=caller)]
+
     def _visible_todo(self, todo_id: str, caller: Caller) -> Todo:
         todo = self.store.load(Todo, _todo_uuid(todo_id))
         if todo is None:

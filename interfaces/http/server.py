@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import socket
@@ -17,6 +16,7 @@ import uvicorn
 from application.errors import ConfigurationError, StoreUnavailable
 from application.service import Caller
 from interfaces.bootstrap import Background, build
+from interfaces.logs import configure_logging
 from interfaces.settings import Settings, write_new_private
 from interfaces.store.database import DatabaseUrl
 
@@ -142,7 +142,7 @@ def serve(settings: Settings) -> int:
             check_key_opens_secrets(settings, container)
             settings.resolved_secret_key()  # a malformed key file: one line now, not at the first session
             # the admin's password hash (~0.5 s) before the first commit: what serve appends at start
-            # is sealed by its sealer within 1 s (docs/adr/0019)
+            # is sealed by its sealer within 1 s (docs/adr/0021)
             password = container.app.ensure_admin()
             container.app.record_base_url(settings.base_url, caller=SERVE)
         except (ConfigurationError, StoreUnavailable) as error:
@@ -162,7 +162,7 @@ def serve(settings: Settings) -> int:
             print(f"switchboard serving on http://{settings.host}:{settings.port}  board: {settings.base_url}/", flush=True)
 
         app = create_app(container, on_startup=[announce])
-        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        configure_logging()
         config = uvicorn_config(app, settings)
         def stopping() -> None:  # end MCP sessions and board streams, so open connections close at once
             app.state.mcp.stopping()

@@ -1,4 +1,4 @@
-"""The fast canonical encoder gives the canonical bytes wherever it is used (docs/adr/0019)."""
+"""The fast canonical encoder gives the canonical bytes wherever it is used (docs/adr/0021)."""
 
 from __future__ import annotations
 
