@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from application.background import _loop as run_loop
 from application.ports import Clock
-from application.service import AGGREGATE_NAMES
+from application.queries import AGGREGATE_NAMES
 from domain.audit import (
     ALTERED, DUPLICATED, INSERTED, MISSING, OUT_OF_ORDER, ZERO_HASH, Break, Chain, Encode, canonical_json,
     canonical_line, chain_hash, check_digests, check_order, export_parts,

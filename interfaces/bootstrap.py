@@ -71,7 +71,7 @@ class Background:
 
     def start(self) -> Background:
         c = self.container
-        sealer = Sealer(c.audit)  # the hash chain (docs/adr/0021), first: it seals what serve wrote at start
+        sealer = Sealer(c.audit)  # the hash chain (docs/adr/0022), first: it seals what serve wrote at start
         self._spawn("sealer", sealer.run)
         scheduler = TimerScheduler(c.app, c.views, c.clock)
         self.workers: tuple = (scheduler,)

@@ -142,7 +142,7 @@ def serve(settings: Settings) -> int:
             check_key_opens_secrets(settings, container)
             settings.resolved_secret_key()  # a malformed key file: one line now, not at the first session
             # the admin's password hash (~0.5 s) before the first commit: what serve appends at start
-            # is sealed by its sealer within 1 s (docs/adr/0021)
+            # is sealed by its sealer within 1 s (docs/adr/0022)
             password = container.app.ensure_admin()
             container.app.record_base_url(settings.base_url, caller=SERVE)
         except (ConfigurationError, StoreUnavailable) as error:

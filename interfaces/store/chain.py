@@ -5,7 +5,7 @@ one row, the last sealed link, which a sealer locks while it seals (FOR UPDATE o
 SQLite write transactions are serial), so with several processes each event is sealed once, in
 log order. Tailing the log by position is safe here for the reason it is in projector.py: the
 PostgreSQL recorder appends under a table lock, so positions become visible in commit order
-(docs/adr/0001, docs/adr/0021).
+(docs/adr/0001, docs/adr/0022).
 
 The log is read raw — each event's stored JSON decoded to builtins, the class's defaults filled
 in for fields an older event lacks — not through the typed codec: the same builtins the export

@@ -1,4 +1,4 @@
-"""The fast canonical encoder gives the canonical bytes wherever it is used (docs/adr/0021)."""
+"""The fast canonical encoder gives the canonical bytes wherever it is used (docs/adr/0022)."""
 
 from __future__ import annotations
 
