@@ -7,6 +7,7 @@ written by eventsourcing's recorders (see recorders.py), never here.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import select
 import sqlite3
@@ -276,30 +277,49 @@ _KEYED_UPSERT = re.compile(
     r"INSERT INTO (\w+) \(([\w, ]+)\) VALUES (\((?:%s, )*%s\)) ON CONFLICT \((\w+)\) DO UPDATE SET (.*)")
 
 
-def _keyed(sql: str, params: Sequence[Any]) -> tuple[str, str, str, Any] | None:
-    """How a single-row op names its row: (kind, table, key column, key value), or None when it
-    cannot be told from the statement (then it is never moved or merged).
+@functools.lru_cache(maxsize=256)
+def _row_key_shape(sql: str) -> tuple[str, str, str, int] | None:
+    """How a single-row op names its row: (kind, table, key column, index of the key parameter),
+    or None when it cannot be told from the statement (then the op is never moved or merged).
 
     Recognised: `UPDATE t SET ... WHERE col = %s`, `DELETE FROM t WHERE col = %s` (the key the
     last parameter) and `INSERT INTO t (cols) VALUES (%s, ...) ON CONFLICT (col) DO UPDATE SET ...`
     (the key the parameter of `col`); none with a sub-select, none that assigns its key column.
     """
-    if "SELECT" in sql or sql.count("%s") != len(params):
+    if "SELECT" in sql:
         return None
+    count = sql.count("%s")
     where = _KEYED_WHERE.fullmatch(sql)
     if where is not None:
         table, assigned, deleted, column = where.groups()
         if assigned is not None and re.search(rf"\b{column}\b", assigned):
             return None
-        return ("update" if deleted is None else "delete"), table or deleted, column, params[-1]
+        return ("update" if deleted is None else "delete"), table or deleted, column, count - 1
     upsert = _KEYED_UPSERT.fullmatch(sql)
     if upsert is not None:
-        table, columns, _, column, assigned = upsert.groups()
+        table, columns, values, column, assigned = upsert.groups()
         names = [c.strip() for c in columns.split(",")]
-        if column in names and len(names) == len(params) and "%s" not in assigned \
-                and not re.search(rf"\b{column}\s*=", assigned):
-            return "upsert", table, column, params[names.index(column)]
+        assigns_key = re.search(rf"\b{column}\s*=", assigned)
+        if column in names and len(names) == count == values.count("%s") and not assigns_key:
+            return "upsert", table, column, names.index(column)
     return None
+
+
+def _keyed(sql: str, params: Sequence[Any]) -> tuple[str, str, str, Any] | None:
+    """(kind, table, key column, key value) of a single-row op (`_row_key_shape`), or None."""
+    shape = _row_key_shape(sql)
+    if shape is None or sql.count("%s") != len(params):
+        return None
+    kind, table, column, at = shape
+    return kind, table, column, params[at]
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def coalesce_ops(ops: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[str, tuple[Any, ...]]]:
@@ -344,11 +364,7 @@ def coalesce_ops(ops: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[str, tu
             out.append((sql, params))
             continue
         kind, table, column, key = keyed
-        try:
-            hash(key)
-            if key is None:
-                raise TypeError
-        except TypeError:
+        if key is None or not _hashable(key):  # no row named, or none we can tell apart
             flush()
             out.append((sql, params))
             continue
