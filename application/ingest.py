@@ -213,7 +213,7 @@ class Ingest:
 class Once:
     """`once` on one target: the live todo its subject names on the queue, or the binding of a new
     one. The key's stream is (endpoint, queue, subject), so concurrent deliveries for a subject
-    race on its version and the store lets one bind it (docs/adr/0023-trust-and-once.md)."""
+    race on its version and the store lets one bind it (docs/adr/0024-trust-and-once.md)."""
 
     def __init__(self, uow: UnitOfWork, endpoint_id: str, queue: str, subject: str | None, actor: str) -> None:
         self.uow, self.endpoint_id, self.queue, self.subject, self.actor = uow, endpoint_id, queue, subject, actor

@@ -5,7 +5,7 @@ A queue action with `"once": true` opens at most one live todo per subject (`git
 subject), so concurrent deliveries for one subject — in one process or several — all write the
 same stream, and the event store's optimistic concurrency lets exactly one bind it at each
 version: the losers re-run on fresh state and find the winner's todo live (see
-docs/adr/0023-trust-and-once.md). Rebinding happens only once the named todo is no longer live.
+docs/adr/0024-trust-and-once.md). Rebinding happens only once the named todo is no longer live.
 """
 
 from __future__ import annotations
