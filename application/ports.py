@@ -36,6 +36,17 @@ class UnitOfWork(Protocol):
 
     def claimable(self, endpoint_id: str, queues: Sequence[str], limit: int) -> list[UUID]: ...
 
+    def queue_load(self, endpoint_id: str, queue: str) -> QueueLoad: ...
+    """The queue's claimed todos and its claims of the last 60 s: as committed, plus this batch's claims."""
+
+
+@dataclass(frozen=True)
+class QueueLoad:
+    """What admission counts (domain/queue.py): claimed todos, and the times of recent claims."""
+
+    in_flight: int
+    recent_claims: tuple[datetime, ...]
+
 
 @dataclass(frozen=True)
 class Recorded:

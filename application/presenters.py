@@ -34,6 +34,7 @@ def todo_row(todo: Todo) -> dict[str, Any]:
         "dead_letter": todo.dead_letter,
         "created_at": iso(todo.created_at),
         "payload_size": todo.payload_size,
+        "available_at": iso(todo.available_at),
     }
 
 

@@ -10,14 +10,15 @@ import base64
 import json
 import re
 import secrets
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 from uuid import UUID
 
 from application.ports import Clock, EventStore, UnitOfWork
 from application.presenters import endpoint_view, iso, todo_full, todo_row
+from application.queues import QueueControlsService, admit, refusal_of
 from domain.endpoint import Endpoint, credential_hash, endpoint_uuid, endpoint_uuid_of
 from domain.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from domain.idempotency import KEY_MAX_BYTES, IdempotencyKey, key_uuid
@@ -27,6 +28,7 @@ from domain.names import (
 )
 from domain.installation import INSTALLATION_ID, Installation
 from domain.operator import Operator, check_operator_name, operator_uuid
+from domain.queue import UNSET, QueueControls, QueueRefused, Refusal, check_delay_seconds
 from domain.todo import STATES, Todo, effective_lease
 from domain.webhook import WEBHOOK_PREFIX
 
@@ -70,6 +72,8 @@ class EndpointScope:
     endpoint_id: str
     queues: tuple[str, ...]
     default_lease: timedelta
+    controls: Mapping[str, QueueControls] = field(default_factory=dict)
+    """The controls of those queues that have any (none: every claim is admitted)."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,10 @@ class Views(Protocol):
                    after: tuple[int, str] | None = None) -> tuple[list[dict[str, Any]], tuple[int, str] | None]: ...
 
     def queue_counts(self, endpoint_ids: Sequence[str] | None = None) -> list[dict[str, Any]]: ...
+
+    def queue_loads(self, endpoint_id: str, queues: Sequence[str], now: datetime) -> dict[str, tuple[int, int]]: ...
+
+    def dead_letter_ids(self, endpoint_id: str, queue: str | None) -> list[str]: ...
 
     def fault_traces(self, todo_ids: Sequence[str], endpoint_ids: Sequence[str] | None,
                      ) -> dict[str, dict[str, Any]]: ...
@@ -160,6 +168,45 @@ def _todo_cursor(cursor: object) -> tuple[int, str]:
     return int(match.group(1)), match.group(2)
 
 
+MAX_PUSH_DELAY = timedelta(days=3650)
+
+
+def _not_before(not_before: object, delay_seconds: object) -> Callable[[datetime], datetime | None]:
+    """When a pushed todo becomes claimable, given the command's `now`: an RFC 3339 time with its
+    offset, or a delay in seconds from now (not both); None: at once."""
+    if not_before is not None and delay_seconds is not None:
+        raise InvalidArgument("give not_before or a delay, not both")
+    if delay_seconds is not None:
+        if (isinstance(delay_seconds, bool) or not isinstance(delay_seconds, (int, float))
+                or not 0 <= delay_seconds <= MAX_PUSH_DELAY.total_seconds()):
+            raise InvalidArgument(f"delay must be within 0..{int(MAX_PUSH_DELAY.total_seconds())} seconds")
+        delay = timedelta(seconds=delay_seconds)
+        return lambda now: now + delay if delay else None
+    if not_before is None:
+        return lambda now: None
+    moment = not_before
+    if isinstance(not_before, str):
+        try:
+            moment = datetime.fromisoformat(not_before.strip())
+        except ValueError:
+            moment = None
+    if not isinstance(moment, datetime) or moment.tzinfo is None or moment.year < 1971:
+        raise InvalidArgument("not_before must be an RFC 3339 time with its offset, e.g. 2026-12-01T12:00:00Z")
+    return lambda now: moment
+
+
+def _why_empty(refused: Mapping[str, Refusal]) -> dict[str, Any]:
+    """What an empty `claim_next` says when its queues hold work they cannot hand out now: the
+    reason of the first such queue and, if any of them will admit again at a known time, when."""
+    if not refused:
+        return {}
+    why: dict[str, Any] = {"reason": next(iter(refused.values())).reason}
+    known = [r.retry_after_seconds for r in refused.values() if r.retry_after_seconds is not None]
+    if known:
+        why["retry_after_seconds"] = min(known)
+    return why
+
+
 def _check_limit(limit: int | None, default: int, maximum: int) -> int:
     if limit is None:
         return default
@@ -179,6 +226,9 @@ class Switchboard:
         self.clock = clock
         self.hasher = hasher
         self.base_url = base_url.rstrip("/")
+        self.queues = QueueControlsService(store, views, clock, self.owns)
+        self.on_refused: Callable[[str, str], None] = lambda queue, reason: None
+        """Told of each claim a queue's controls refused (queue, reason): the metric's counter."""
         self._credentials: dict[str, Endpoint] = {}
         """credential hash → its endpoint as last loaded; trusted only while the endpoint's
         stream is still at that version (checked on every use, so a change by any process counts)."""
@@ -392,8 +442,7 @@ class Switchboard:
             endpoint = loaded
         if not endpoint.is_active(self.clock.now()):
             raise Forbidden(f"endpoint {endpoint.slug} is revoked or expired")
-        return Caller("endpoint", endpoint.slug, scope=EndpointScope(
-            endpoint.endpoint_id, tuple(endpoint.queues), endpoint.default_lease))
+        return Caller("endpoint", endpoint.slug, scope=self._scope_of(endpoint))
 
     def revoke(self, ref: str, *, caller: Caller) -> dict[str, Any]:
         """Revokes at once: the credential stops working and held leases are released."""
@@ -447,13 +496,29 @@ class Switchboard:
         self.views.catch_up()
         return self.views.list_endpoints(owner=None if caller.superuser else caller.name)
 
+    # -- queue controls and bulk actions (application/queues.py) -------------------------
+
+    def set_queue_controls(self, ref: str, queue: str, *, caller: Caller, paused: Any = UNSET,
+                           max_in_flight: Any = UNSET, max_claims_per_minute: Any = UNSET) -> dict[str, Any]:
+        return self.queues.set(ref, queue, caller=caller, paused=paused, max_in_flight=max_in_flight,
+                               max_claims_per_minute=max_claims_per_minute)
+
+    def queue_controls(self, ref: str, *, caller: Caller) -> dict[str, Any]:
+        return self.queues.list(ref, caller=caller)
+
+    def bulk_retry(self, ref: str, *, caller: Caller, dead_letters: object, queue: str | None = None,
+                   dry_run: bool = False) -> dict[str, Any]:
+        return self.queues.bulk_retry(ref, caller=caller, dead_letters=dead_letters, queue=queue, dry_run=dry_run)
+
     # -- todos: operator side ------------------------------------------------------------
 
     def push(
         self, ref: str, title: str, *, caller: Caller, queue: str | None = None, payload: Any = None,
-        key: str | None = None,
+        key: str | None = None, not_before: str | datetime | None = None, delay_seconds: float | None = None,
     ) -> dict[str, Any]:
-        """An operator-authored todo; with a key, a repeat while the first is live returns it."""
+        """An operator-authored todo; with a key, a repeat while the first is live returns it. With
+        `not_before` (RFC 3339) or `delay_seconds` it is pending but not claimable until then."""
+        later = _not_before(not_before, delay_seconds)
         if not isinstance(title, str) or not title.strip():
             raise InvalidArgument("title is required")
         if key is not None and (not isinstance(key, str) or not key or len(key.encode()) > KEY_MAX_BYTES):
@@ -487,7 +552,7 @@ class Switchboard:
             todo = Todo.open(
                 id=todo_id, now=uow.now, actor=caller.label, endpoint_id=endpoint.endpoint_id,
                 queue=target, source="operator", title=title, trust_mode="operator", payload=payload,
-                payload_size=payload_size, idempotency_key=key,
+                payload_size=payload_size, idempotency_key=key, not_before=later(uow.now),
             )
             uow.add(todo)
             if binding is not None:
@@ -532,13 +597,24 @@ class Switchboard:
         fence = secrets.token_urlsafe(24) if require_fence else None
 
         def command(todo: Todo, uow: UnitOfWork, scope: EndpointScope) -> None:
+            under = admit(uow, scope.controls, todo) if todo.is_claimable(uow.now) else None
             todo.claim(
                 now=uow.now, holder=caller.label, claimant=claimant, fence_token=fence,
-                lease=effective_lease(lease_ttl_seconds, scope.default_lease),
+                lease=effective_lease(lease_ttl_seconds, scope.default_lease), admitted_under=under,
             )
 
-        todo = self._todo_command(todo_id, caller, command, full=False)
+        try:
+            todo = self._todo_command(todo_id, caller, command, full=False)
+        except QueueRefused as refused:
+            self._count_refused(refused.queue, refused.refusal)
+            raise
         return todo_full(todo, lease_token=fence)
+
+    def _count_refused(self, queue: str, refusal: Refusal) -> None:
+        try:
+            self.on_refused(queue, refusal.reason)
+        except Exception:  # a counter that cannot count must not turn a refusal into a failure
+            pass
 
     def claim_next(
         self, *, caller: Caller, queue: str | None = None, lease_ttl_seconds: float | None = None,
@@ -553,6 +629,7 @@ class Switchboard:
         want = 1 if max_todos is None else max_todos
         endpoint_id = endpoint_uuid(caller.name)
         fences: dict[UUID, str | None] = {}
+        refused: dict[str, Refusal] = {}
 
         def handler(uow: UnitOfWork) -> list[Todo]:
             scope = caller.scope or self._scope_of(self._active_endpoint(uow, endpoint_id))
@@ -561,34 +638,54 @@ class Switchboard:
             queues = [queue] if queue is not None else list(scope.queues)
             lease = effective_lease(lease_ttl_seconds, scope.default_lease)
             fences.clear()  # a re-run after a lost race starts over
+            refused.clear()
+            for q in scope.controls:  # a queue that cannot admit now is not even looked in
+                if q in queues and (refusal := refusal_of(uow, scope.endpoint_id, q, scope.controls[q])):
+                    refused[q] = refusal
+                    queues.remove(q)
             taken: list[Todo] = []
             seen: set[UUID] = set()
-            while True:  # candidates taken meanwhile by another process are skipped, not fatal
+            while queues:  # candidates taken meanwhile by another process are skipped, not fatal
                 candidates = [
                     c for c in uow.claimable(scope.endpoint_id, queues, max(CLAIM_CANDIDATES, want) + len(seen))
                     if c not in seen
                 ]
                 if not candidates:
-                    return taken
+                    break
                 for candidate in candidates:
                     seen.add(candidate)
                     todo = uow.get(Todo, candidate)
                     if todo is not None and not todo.is_claimable(uow.now):
                         todo = uow.get(Todo, candidate, fresh=True)
-                    if todo is None or not todo.is_claimable(uow.now):
+                    if todo is None or not todo.is_claimable(uow.now) or todo.queue not in queues:
                         continue
+                    under = None
+                    if todo.queue in scope.controls:
+                        if refusal := refusal_of(uow, scope.endpoint_id, todo.queue, scope.controls[todo.queue]):
+                            refused[todo.queue] = refusal  # full now (this batch's claims count)
+                            queues.remove(todo.queue)
+                            break
+                        under = admit(uow, scope.controls, todo)
                     fence = secrets.token_urlsafe(24) if require_fence else None
-                    todo.claim(now=uow.now, holder=caller.label, lease=lease, claimant=claimant, fence_token=fence)
+                    todo.claim(now=uow.now, holder=caller.label, lease=lease, claimant=claimant, fence_token=fence,
+                               admitted_under=under)
                     fences[todo.id] = fence
                     taken.append(todo)
                     if len(taken) == want:
                         return taken
+            if not taken:  # keep only the refusals that hold work back (an empty queue says nothing)
+                for q in [q for q in refused if not uow.claimable(scope.endpoint_id, [q], 1)]:
+                    del refused[q]
+            return taken
 
         taken = self.store.run(handler)
+        why = _why_empty(refused) if not taken else {}
+        for q, refusal in refused.items() if why else ():
+            self._count_refused(q, refusal)
         if max_todos is not None:
-            return {"empty": not taken, "todos": [todo_full(t, lease_token=fences[t.id]) for t in taken]}
+            return {"empty": not taken, "todos": [todo_full(t, lease_token=fences[t.id]) for t in taken], **why}
         if not taken:
-            return {"empty": True}
+            return {"empty": True, **why}
         return {"empty": False, "todo": todo_full(taken[0], lease_token=fences[taken[0].id])}
 
     def heartbeat(
@@ -614,9 +711,11 @@ class Switchboard:
         ))
 
     def release(self, todo_id: str, *, caller: Caller, summary: str | None = None,
-                lease_token: str | None = None) -> dict[str, Any]:
+                lease_token: str | None = None, delay_seconds: float | None = None) -> dict[str, Any]:
+        """The holder hands the todo back; with `delay_seconds` (0..86400) a snooze."""
+        delay = check_delay_seconds(delay_seconds)
         return self._todo_command(todo_id, caller, lambda todo, uow, _: todo.release(
-            now=uow.now, holder=caller.label, summary=summary, fence_token=lease_token,
+            now=uow.now, holder=caller.label, summary=summary, fence_token=lease_token, delay=delay,
         ))
 
     def _todo_command(
@@ -648,7 +747,8 @@ class Switchboard:
 
     @staticmethod
     def _scope_of(endpoint: Endpoint) -> EndpointScope:
-        return EndpointScope(endpoint.endpoint_id, tuple(endpoint.queues), endpoint.default_lease)
+        controls = {q: c for q, c in endpoint.queue_controls.items() if c.controlled and q in endpoint.queues}
+        return EndpointScope(endpoint.endpoint_id, tuple(endpoint.queues), endpoint.default_lease, controls)
 
     def _active_endpoint(self, uow: UnitOfWork, endpoint_id: UUID) -> Endpoint:
         endpoint = uow.get(Endpoint, endpoint_id)
@@ -682,12 +782,14 @@ class Switchboard:
                 todo = uow.get(Todo, todo_uuid)
                 if todo is None:
                     continue
-                if not (todo.lease_lapsed(uow.now) or todo.retry_due(uow.now)):
+                if not (todo.lease_lapsed(uow.now) or todo.retry_due(uow.now) or todo.delay_due(uow.now)):
                     todo = uow.get(Todo, todo_uuid, fresh=True)
                 if todo.lease_lapsed(uow.now):
                     todo.expire_lease(now=uow.now)
                 elif todo.retry_due(uow.now):
                     todo.requeue_due(now=uow.now)
+                elif todo.delay_due(uow.now):
+                    todo.elapse_delay(now=uow.now)
                 else:
                     continue
                 moved += 1

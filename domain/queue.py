@@ -101,14 +101,15 @@ class Refusal:
         }[self.reason]
         after = f"; retry after {self.retry_after_seconds} s" if self.retry_after is not None else ""
         return QueueRefused(f"{self.reason}: queue {queue} {words}, todo {todo_id} not claimable now{after}",
-                            self)
+                            queue, self)
 
 
 class QueueRefused(Conflict):
-    """Raised when a claim is refused by the queue's controls; carries the refusal."""
+    """Raised when a claim is refused by the queue's controls; carries the queue and the refusal."""
 
-    def __init__(self, message: str, refusal: Refusal) -> None:
+    def __init__(self, message: str, queue: str, refusal: Refusal) -> None:
         super().__init__(message)
+        self.queue = queue
         self.refusal = refusal
 
 

@@ -32,7 +32,7 @@ from eventsourcing.postgres import PostgresDatastore
 from eventsourcing.sqlite import SQLiteDatastore
 
 from application.errors import CommitOutcomeUnknown, RetryLimitExceeded, StoreUnavailable
-from application.ports import Clock, Recorded, UnitOfWork
+from application.ports import Clock, QueueLoad, Recorded, UnitOfWork
 from domain.errors import DomainError
 from domain.events import Aggregate, DomainEvent
 from domain.idempotency import IdempotencyKey
@@ -43,6 +43,7 @@ from interfaces.store.database import (
     DEFAULT_POOL_SIZE, POOL_WAIT, Database, DatabaseUrl, LockBusy, Tx, first_line,
 )
 from interfaces.store.recorders import PostgresEventRecorder, SqliteEventRecorder
+from interfaces.store.queues import REFUSALS_DDL, SqlQueueLoad
 from interfaces.store.rings import RINGS_DDL
 from projections.base import Projection, Tracking, micros
 
@@ -80,6 +81,8 @@ class _Batch:
         self.aggregates: dict[UUID, Aggregate] = {}
         self.cached: set[UUID] = set()
         self.candidates: dict[tuple[str, tuple[str, ...]], tuple[list[UUID], bool]] = {}
+        self.loads: dict[tuple[str, str], QueueLoad] = {}
+        """Committed queue loads read by this batch (once per queue)."""
 
 
 class _Unit:
@@ -157,6 +160,18 @@ class _Unit:
             cached = self._batch.candidates[key] = (ids, len(ids) < fetch)
         return cached[0]
 
+    def queue_load(self, endpoint_id: str, queue: str) -> QueueLoad:
+        """The queue's committed load (read once per batch) plus the claims this batch has made in it."""
+        key = (endpoint_id, queue)
+        committed = self._batch.loads.get(key)
+        if committed is None:
+            committed = self._batch.loads[key] = self._store.queue_reads.load(endpoint_id, queue, self.now)
+        ours = [e.timestamp for a in self._batch.aggregates.values() for e in a.pending_events
+                if isinstance(e, TodoClaimed) and e.queue == queue and e.endpoint_id == endpoint_id]
+        if not ours:
+            return committed
+        return QueueLoad(committed.in_flight + len(ours), committed.recent_claims + tuple(ours))
+
     def rollback(self) -> None:
         for aggregate_id, saved in self._savepoints.items():
             if saved is None:
@@ -227,6 +242,7 @@ class SqlEventStore:
         self.clock = clock
         self.codec = EventCodec()
         self.db = Database(url, pool_size=pool_size, application_name=application_name)
+        self.queue_reads = SqlQueueLoad(self.db)
         self.projections = tuple(projections)
         self.inline = tuple(p for p in self.projections if p.inline)
         self.datastore: Any = None
@@ -300,7 +316,7 @@ class SqlEventStore:
                 log.warning("%s.%s keeps its compression until the next start (table busy)", table, column)
 
     def _migrate(self, tx: Any) -> None:
-        for statement in (*Tracking.DDL, *RINGS_DDL):
+        for statement in (*Tracking.DDL, *RINGS_DDL, *REFUSALS_DDL):
             tx.execute(statement)
         for projection in self.projections:
             for statement in projection.ddl:

@@ -1,0 +1,104 @@
+"""The queue-load reads: what admission needs to decide a claim, and what the doorbell needs to
+know which queues cannot admit. Reads `sb_queue_controls`, `sb_in_flight`, `sb_queue_claims`
+(projections/queue_load.py) and `sb_claimable`/`sb_doorbell` for the oldest waiting todo.
+
+Only queues with controls are ever asked about, so a queue without them costs nothing here.
+
+`sb_claim_refusals` is not a read model (a refusal is no event): it counts the claims refused per
+queue and reason, for `switchboard_claims_refused_total`, shared by every process like `sb_rings`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from application.ports import QueueLoad
+from domain.queue import RATE_WINDOW, QueueControls, Refusal, admission
+from interfaces.store.database import Database
+from projections.base import from_micros, micros
+
+QueueKey = tuple[str, str]  # (endpoint_id, queue)
+REFUSALS_DDL = (
+    "CREATE TABLE IF NOT EXISTS sb_claim_refusals (queue TEXT NOT NULL, reason TEXT NOT NULL,"
+    " total BIGINT NOT NULL, PRIMARY KEY (queue, reason))",
+)
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """The oldest todo of a queue claimable now, with what a ring says about it."""
+
+    todo_id: str
+    endpoint_id: str
+    queue: str
+    source: str | None
+    kind: str | None
+    title: str
+    spell: int | None
+
+
+class SqlQueueLoad:
+    """Reads the queue-load read models."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def load(self, endpoint_id: str, queue: str, now: datetime) -> QueueLoad:
+        """The queue's committed load: in-flight count and the claims of the window before `now`."""
+        rows = self.db.query(
+            "SELECT count(*), NULL FROM sb_in_flight WHERE endpoint_id = %s AND queue = %s"
+            " UNION ALL SELECT NULL, claimed_at FROM sb_queue_claims"
+            " WHERE endpoint_id = %s AND queue = %s AND claimed_at > %s",
+            (endpoint_id, queue, endpoint_id, queue, micros(now - RATE_WINDOW)),
+        )
+        in_flight = next((int(n) for n, _ in rows if n is not None), 0)
+        return QueueLoad(in_flight, tuple(from_micros(at) for n, at in rows if n is None and at is not None))
+
+    def controls(self, endpoint_ids: Sequence[str]) -> dict[QueueKey, QueueControls]:
+        """The queues of these endpoints that have controls set."""
+        if not endpoint_ids:
+            return {}
+        marks = ", ".join(["%s"] * len(endpoint_ids))
+        rows = self.db.query(
+            "SELECT endpoint_id, queue, paused, max_in_flight, max_claims_per_minute FROM sb_queue_controls"
+            f" WHERE endpoint_id IN ({marks})", tuple(endpoint_ids),
+        )
+        found = {(e, q): QueueControls(bool(p), m, r) for e, q, p, m, r in rows}
+        return {key: controls for key, controls in found.items() if controls.controlled}
+
+    def refusals(self, endpoint_ids: Sequence[str], now: datetime) -> dict[QueueKey, Refusal]:
+        """The queues of these endpoints that cannot admit a claim now, and why."""
+        refused: dict[QueueKey, Refusal] = {}
+        for key, controls in self.controls(endpoint_ids).items():
+            load = self.load(*key, now) if not controls.paused else QueueLoad(0, ())
+            refusal = admission(controls, in_flight=load.in_flight, recent_claims=load.recent_claims, now=now)
+            if refusal is not None:
+                refused[key] = refusal
+        return refused
+
+    def count_refusal(self, queue: str, reason: str) -> None:
+        """One more claim refused in this queue for this reason (in its own short transaction)."""
+        self.db.query(
+            "INSERT INTO sb_claim_refusals (queue, reason, total) VALUES (%s, %s, 1)"
+            " ON CONFLICT (queue, reason) DO UPDATE SET total = sb_claim_refusals.total + 1", (queue, reason),
+        )
+
+    def oldest_waiting(self, endpoint_id: str, queues: Sequence[str], now: datetime) -> Waiting | None:
+        """The oldest todo claimable now in these queues of the endpoint (quarantine never is one)."""
+        if not queues:
+            return None
+        marks = ", ".join(["%s"] * len(queues))
+        rows = self.db.query(
+            "SELECT c.todo_id, c.endpoint_id, c.queue, d.source, d.kind, d.title, d.spell FROM sb_claimable c"
+            " JOIN sb_doorbell d ON d.todo_id = c.todo_id"
+            f" WHERE c.endpoint_id = %s AND c.queue IN ({marks}) AND c.queue <> 'quarantine'"
+            " AND c.available_at IS NOT NULL AND c.available_at <= %s"
+            " ORDER BY c.created_at, c.todo_id LIMIT 1",
+            (endpoint_id, *queues, micros(now)),
+        )
+        if not rows:
+            return None
+        todo_id, eid, queue, source, kind, title, spell = rows[0]
+        return Waiting(todo_id, eid, queue, source, kind, title, int(spell) if spell is not None else None)
