@@ -2,7 +2,9 @@
 
 `sb_queue_controls` holds the controls operators set (`QueueControlsSet`). `sb_in_flight` has one
 row per claimed todo of every queue (so a limit set on a busy queue counts what is already
-claimed; claims recorded before this projection existed carry no queue and are not counted). `sb_queue_claims` has one row per claim admitted under controls in the last 60 s.
+claimed; claims recorded before this projection existed carry no queue and are not counted).
+`sb_queue_claims` has one row per claim admitted under controls in the last two minutes (the rate
+counts the last one).
 
 Being written in the transaction that appends the claim, after the store's write lock, the rows
 of a claim admitted under controls check the queue's controls **as committed at that moment**:
@@ -81,7 +83,9 @@ class QueueLoad:
                 since = at - int(RATE_WINDOW.total_seconds() * 1_000_000)
                 return [
                     (_ADMIT_IN_FLIGHT, (todo_id, *key, *key, *key)),
-                    (_FORGET_CLAIMS, (*key, since)),
+                    # forgotten a window later than needed: a claim stamped by a process whose clock
+                    # is behind (by less than a minute) still counts the claims it must
+                    (_FORGET_CLAIMS, (*key, since - int(RATE_WINDOW.total_seconds() * 1_000_000))),
                     (_ADMIT_RATE, (*key, at, todo_id, *key, since, *key)),
                 ]
             case TodoCompleted() | TodoFailed() | LeaseExpired() | TodoReleased():

@@ -373,8 +373,8 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed) -> Ro
         return ServerSentEvent(_transitions(feed, owner, int(last) if last is not None else None, ends_at))
 
     handlers = [
-        list_todos, get_todo, todo_history, claim, extend, complete, fail, release, retry, move, discard,
-        vend, list_endpoints, revoke, push, list_webhooks, create_webhook, rotate_webhook, delete_webhook,
+        list_todos, get_todo, todo_history, claim, extend, complete, fail, release, bulk_retry, retry, move, discard,
+        vend, list_endpoints, revoke, push, list_queues, set_queue, list_webhooks, create_webhook, rotate_webhook, delete_webhook,
         get_rules, put_rules, test_rules, replay_rules, list_events, get_event, stream,
     ]
     for handler in handlers:

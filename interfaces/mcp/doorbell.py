@@ -153,7 +153,7 @@ class Doorbell:
                 ours.append((ring, sessions))
         ringing = {ring.todo_id for ring, _ in ours}
         ours += [(r, s) for r, s in await self._admitting_again(set(refused), now) if r.todo_id not in ringing]
-        await self._ring_attached(tasks, set(refused), now)
+        await self._ring_attached(tasks, set(refused), {ring.todo_id for ring, _ in ours}, now)
         if ours:
             taken = await anyio.to_thread.run_sync(self.rings.take_all, [ring for ring, _ in ours], now)
             for ring, sessions in ours:
@@ -178,9 +178,10 @@ class Doorbell:
                 rings.append((_ring_of(waiting, ADMIT_RING + int(now.timestamp() // 60) % 1_000_000), sessions))
         return rings
 
-    async def _ring_attached(self, tasks: Any, refused: set[QueueKey], now: datetime) -> None:
+    async def _ring_attached(self, tasks: Any, refused: set[QueueKey], ringing: set[str], now: datetime) -> None:
         """Rings each session that has just opened its stream for the oldest claimable todo of its
-        queues that can admit (that session only: no other session is rung for it)."""
+        queues that can admit (that session only: no other session is rung for it), unless that
+        todo is being rung by this scan anyway."""
         attached, self._attached = self._attached, []
         for session in attached:
             if self.registry.get(session.session_id) is not session or not session.has_stream:
@@ -189,7 +190,7 @@ class Doorbell:
             if self.queues is None or not queues:
                 continue
             waiting = await anyio.to_thread.run_sync(self.queues.oldest_waiting, session.endpoint_id, queues, now)
-            if waiting is not None:
+            if waiting is not None and waiting.todo_id not in ringing:
                 tasks.start_soon(self._push, [session], _ring_of(waiting, 0))
 
     def _rotate(self, endpoint_id: str, sessions: Sequence[LiveSession]) -> list[LiveSession]:

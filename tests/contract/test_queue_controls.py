@@ -327,3 +327,33 @@ def test_bulk_retry_needs_dead_letters_true(sb):
     for flag in (False, None, "yes"):
         assert isinstance(raised(lambda: sb.app.bulk_retry(vended["slug"], caller=CLI, dead_letters=flag)),
                           InvalidArgument)
+
+
+# --- what the doorbell reads ---------------------------------------------------------------------------
+
+
+def test_the_oldest_waiting_todo_is_never_a_held_one(sb):
+    from tests.contract.test_webhooks import quarantined
+
+    held, owner = quarantined(sb)
+    reads = sb.container.store.queue_reads
+    queues = [*owner["queues"], "quarantine"]
+    assert reads.oldest_waiting(owner["endpoint_id"], queues, sb.later(60)) is None
+    pending = sb.push(owner)
+    assert reads.oldest_waiting(owner["endpoint_id"], queues, sb.later(60)).todo_id == pending["id"]
+
+
+def test_the_doorbell_reads_which_queues_cannot_admit(sb):
+    vended = sb.vend("worker", queues=[unique("a"), unique("b"), unique("c")])
+    a, b, c = vended["queues"]
+    sb.app.set_queue_controls(vended["slug"], a, caller=CLI, paused=True)
+    sb.app.set_queue_controls(vended["slug"], b, caller=CLI, max_in_flight=1)
+    sb.app.set_queue_controls(vended["slug"], c, caller=CLI, max_claims_per_minute=1)
+    reads = sb.container.store.queue_reads
+    assert {q: r.reason for (_, q), r in reads.refusals([vended["endpoint_id"]], sb.clock.now()).items()} == {a: "paused"}
+    for queue in (b, c):
+        sb.push(vended, queue=queue)
+        sb.app.claim_next(caller=agent(vended), queue=queue)
+    refused = reads.refusals([vended["endpoint_id"]], sb.clock.now())
+    assert {q: r.reason for (_, q), r in refused.items()} == {a: "paused", b: "max_in_flight", c: "rate_limited"}
+    assert refused[(vended["endpoint_id"], c)].retry_after_seconds == 60
