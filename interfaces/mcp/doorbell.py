@@ -33,7 +33,7 @@ from application.errors import StoreUnavailable, first_line
 from application.ports import Clock
 from domain.doorbell import RING_GRACE, ring_message
 from interfaces.mcp.sessions import LiveSession, SessionRegistry
-from interfaces.store.queues import QueueKey, SqlQueueLoad, Waiting
+from interfaces.store.queues import QueueKey, SqlQueueLoad
 from interfaces.store.rings import DueRing, SqlRings
 
 log = logging.getLogger("switchboard.doorbell")
@@ -173,9 +173,10 @@ class Doorbell:
             sessions = [s for s in self.registry.of_endpoint(endpoint_id) if self.deliverable(s, queue)]
             if not sessions or self.queues is None:
                 continue
-            waiting = await anyio.to_thread.run_sync(self.queues.oldest_waiting, endpoint_id, [queue], now)
+            ring_no = ADMIT_RING + int(now.timestamp() // 60) % 1_000_000
+            waiting = await anyio.to_thread.run_sync(self.queues.oldest_waiting, endpoint_id, [queue], now, ring_no)
             if waiting is not None:
-                rings.append((_ring_of(waiting, ADMIT_RING + int(now.timestamp() // 60) % 1_000_000), sessions))
+                rings.append((waiting, sessions))
         return rings
 
     async def _ring_attached(self, tasks: Any, refused: set[QueueKey], ringing: set[str], now: datetime) -> None:
@@ -189,9 +190,9 @@ class Doorbell:
             queues = [q for q in session.queues if (session.endpoint_id, q) not in refused]
             if self.queues is None or not queues:
                 continue
-            waiting = await anyio.to_thread.run_sync(self.queues.oldest_waiting, session.endpoint_id, queues, now)
+            waiting = await anyio.to_thread.run_sync(self.queues.oldest_waiting, session.endpoint_id, queues, now, 0)
             if waiting is not None and waiting.todo_id not in ringing:
-                tasks.start_soon(self._push, [session], _ring_of(waiting, 0))
+                tasks.start_soon(self._push, [session], waiting)
 
     def _rotate(self, endpoint_id: str, sessions: Sequence[LiveSession]) -> list[LiveSession]:
         """The endpoint's sessions starting with the next one in turn (round robin per endpoint)."""
@@ -242,8 +243,3 @@ class Doorbell:
                                 " again every %.0f s", first_line(error), self.poll, LISTEN_RETRY)
                     lost = True
             await anyio.sleep(LISTEN_RETRY)
-
-
-def _ring_of(waiting: Waiting, ring_no: int) -> DueRing:
-    return DueRing(waiting.todo_id, waiting.endpoint_id, waiting.queue, waiting.source, waiting.kind,
-                   waiting.title, waiting.spell or 0, ring_no)

@@ -11,12 +11,12 @@ queue and reason, for `switchboard_claims_refused_total`, shared by every proces
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 
 from application.ports import QueueLoad
 from domain.queue import RATE_WINDOW, QueueControls, Refusal, admission
 from interfaces.store.database import Database
+from interfaces.store.rings import DueRing
 from projections.base import from_micros, micros
 
 QueueKey = tuple[str, str]  # (endpoint_id, queue)
@@ -24,19 +24,6 @@ REFUSALS_DDL = (
     "CREATE TABLE IF NOT EXISTS sb_claim_refusals (queue TEXT NOT NULL, reason TEXT NOT NULL,"
     " total BIGINT NOT NULL, PRIMARY KEY (queue, reason))",
 )
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """The oldest todo of a queue claimable now, with what a ring says about it."""
-
-    todo_id: str
-    endpoint_id: str
-    queue: str
-    source: str | None
-    kind: str | None
-    title: str
-    spell: int | None
 
 
 class SqlQueueLoad:
@@ -85,8 +72,9 @@ class SqlQueueLoad:
             " ON CONFLICT (queue, reason) DO UPDATE SET total = sb_claim_refusals.total + 1", (queue, reason),
         )
 
-    def oldest_waiting(self, endpoint_id: str, queues: Sequence[str], now: datetime) -> Waiting | None:
-        """The oldest todo claimable now in these queues of the endpoint (quarantine never is one)."""
+    def oldest_waiting(self, endpoint_id: str, queues: Sequence[str], now: datetime, ring_no: int) -> DueRing | None:
+        """Ring `ring_no` of the oldest todo claimable now in these queues of the endpoint
+        (quarantine never is one)."""
         if not queues:
             return None
         marks = ", ".join(["%s"] * len(queues))
@@ -101,4 +89,4 @@ class SqlQueueLoad:
         if not rows:
             return None
         todo_id, eid, queue, source, kind, title, spell = rows[0]
-        return Waiting(todo_id, eid, queue, source, kind, title, int(spell) if spell is not None else None)
+        return DueRing(todo_id, eid, queue, source, kind, title, int(spell or 0), ring_no)

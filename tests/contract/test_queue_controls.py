@@ -338,9 +338,9 @@ def test_the_oldest_waiting_todo_is_never_a_held_one(sb):
     held, owner = quarantined(sb)
     reads = sb.container.store.queue_reads
     queues = [*owner["queues"], "quarantine"]
-    assert reads.oldest_waiting(owner["endpoint_id"], queues, sb.later(60)) is None
+    assert reads.oldest_waiting(owner["endpoint_id"], queues, sb.later(60), 0) is None
     pending = sb.push(owner)
-    assert reads.oldest_waiting(owner["endpoint_id"], queues, sb.later(60)).todo_id == pending["id"]
+    assert reads.oldest_waiting(owner["endpoint_id"], queues, sb.later(60), 0).todo_id == pending["id"]
 
 
 def test_the_doorbell_reads_which_queues_cannot_admit(sb):

@@ -41,6 +41,12 @@ def vend(inproc: InProcess, queues=("work",)) -> dict:
     return inproc.container.app.vend("alpha", queues=list(queues), caller=CLI)
 
 
+def setting(inproc: InProcess):
+    """An endpoint with queue `work`, the application, the endpoint as a caller, and a listener."""
+    endpoint = vend(inproc)
+    return endpoint, inproc.container.app, Caller("endpoint", endpoint["slug"]), ChannelListener()
+
+
 async def call(fn, *args, **kwargs):
     return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
 
@@ -96,10 +102,7 @@ def test_after_a_long_pause_the_oldest_waiting_todo_is_rung_on_resume(manual):
 
 
 def test_a_queue_at_max_in_flight_rings_its_waiting_todo_when_a_claim_ends(server):
-    endpoint = vend(server)
-    app = server.container.app
-    agent = Caller("endpoint", endpoint["slug"])
-    listener = ChannelListener()
+    endpoint, app, agent, listener = setting(server)
 
     async def scenario() -> None:
         async with connect(endpoint, listener):
@@ -121,10 +124,7 @@ def test_a_queue_at_max_in_flight_rings_its_waiting_todo_when_a_claim_ends(serve
 
 
 def test_a_delayed_todo_is_rung_when_due_and_claimable_only_from_then(server):
-    endpoint = vend(server)
-    app = server.container.app
-    agent = Caller("endpoint", endpoint["slug"])
-    listener = ChannelListener()
+    endpoint, app, agent, listener = setting(server)
 
     async def scenario() -> None:
         async with connect(endpoint, listener):
@@ -146,10 +146,7 @@ def test_a_delayed_todo_is_rung_when_due_and_claimable_only_from_then(server):
 
 
 def test_a_snoozed_todo_is_rung_when_its_snooze_ends(server):
-    endpoint = vend(server)
-    app = server.container.app
-    agent = Caller("endpoint", endpoint["slug"])
-    listener = ChannelListener()
+    endpoint, app, agent, listener = setting(server)
 
     async def scenario() -> None:
         async with connect(endpoint, listener):

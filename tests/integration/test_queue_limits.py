@@ -46,42 +46,64 @@ def claims_in_log_order(app, queue_of: set[str]) -> list[tuple[str, str, datetim
             if r["aggregate"] in queue_of and (r["type"] == "TodoClaimed" or r["type"] in ends)]
 
 
+class Claimers:
+    """16 threads over the apps looping claim_next (+ `hold`) + complete until nothing is left."""
+
+    def __init__(self) -> None:
+        self.threads: list[threading.Thread] = []
+        self.errors: list[BaseException] = []
+        self.refused = 0
+        self.stop = threading.Event()
+
+
+def start_claimers(apps, worker, reason: str, hold=lambda app, todo: None) -> Claimers:
+    claimers = Claimers()
+
+    def claimer(i: int) -> None:
+        app = apps[i % len(apps)]
+        try:
+            while not claimers.stop.is_set():
+                answer = app.claim_next(caller=worker)
+                if answer["empty"]:
+                    if answer.get("reason") is None:  # nothing left to claim
+                        return
+                    assert answer["reason"] == reason, answer
+                    if reason == "rate_limited":
+                        assert 1 <= answer["retry_after_seconds"] <= 60, answer
+                    claimers.refused += 1
+                    time.sleep(0.005)
+                    continue
+                hold(app, answer["todo"])
+                app.complete(answer["todo"]["id"], caller=worker)
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            claimers.errors.append(error)
+            claimers.stop.set()
+
+    claimers.threads = [threading.Thread(target=claimer, args=(i,)) for i in range(CLAIMERS)]
+    for t in claimers.threads:
+        t.start()
+    return claimers
+
+
 def test_max_in_flight_holds_across_two_containers_and_16_claimers(pg_url, make_container):
     apps = [make_container(pg_url).app for _ in range(2)]
     worker = vend_worker(apps[0])
     apps[0].set_queue_controls(worker.name, "work", caller=CLI, max_in_flight=3)
     todos = set(push_many(apps, worker.name, 120))
-    holding, peak, lock, stop = [0], [0], threading.Lock(), threading.Event()
-    errors: list[BaseException] = []
+    holding, peak, lock = [0], [0], threading.Lock()
 
-    def claimer(i: int) -> None:
-        app = apps[i % 2]
-        try:
-            while not stop.is_set():
-                answer = app.claim_next(caller=worker)
-                if answer["empty"]:
-                    if answer.get("reason") is None:  # nothing left to claim
-                        return
-                    assert answer["reason"] == "max_in_flight", answer
-                    time.sleep(0.005)
-                    continue
-                with lock:
-                    holding[0] += 1
-                    peak[0] = max(peak[0], holding[0])
-                time.sleep(0.002)
-                with lock:
-                    holding[0] -= 1
-                app.complete(answer["todo"]["id"], caller=worker)
-        except BaseException as error:  # noqa: BLE001 - reported by the test
-            errors.append(error)
-            stop.set()
+    def hold(app, todo: dict) -> None:
+        with lock:
+            holding[0] += 1
+            peak[0] = max(peak[0], holding[0])
+        time.sleep(0.002)
+        with lock:
+            holding[0] -= 1
 
-    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(CLAIMERS)]
-    for t in threads:
-        t.start()
-    for t in threads:
+    claimers = start_claimers(apps, worker, "max_in_flight", hold)
+    for t in claimers.threads:
         t.join(300)
-    assert not errors, errors
+    assert not claimers.errors, claimers.errors
     assert peak[0] <= 3
 
     claimed, most = set(), 0
@@ -101,41 +123,18 @@ def test_the_rate_holds_in_every_60_second_window_across_two_containers(pg_url, 
     worker = vend_worker(apps[0])
     apps[0].set_queue_controls(worker.name, "work", caller=CLI, max_claims_per_minute=30)
     todos = set(push_many(apps, worker.name, 100))
-    stop = threading.Event()
-    errors: list[BaseException] = []
-    refused = [0]
-
-    def claimer(i: int) -> None:
-        app = apps[i % 2]
-        try:
-            while not stop.is_set():
-                answer = app.claim_next(caller=worker)
-                if answer["empty"]:
-                    if answer.get("reason") is None:
-                        return
-                    assert answer["reason"] == "rate_limited" and 1 <= answer["retry_after_seconds"] <= 60
-                    refused[0] += 1
-                    time.sleep(0.002)
-                    continue
-                app.complete(answer["todo"]["id"], caller=worker)
-        except BaseException as error:  # noqa: BLE001
-            errors.append(error)
-            stop.set()
-
-    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(CLAIMERS)]
-    for t in threads:
-        t.start()
+    claimers = start_claimers(apps, worker, "rate_limited")
     deadline = time.monotonic() + 300
-    while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+    while any(t.is_alive() for t in claimers.threads) and time.monotonic() < deadline:
         time.sleep(0.1)
         clock.advance(seconds=1)  # ten times faster than real time: over three minutes of claims
-    stop.set()
-    for t in threads:
+    claimers.stop.set()
+    for t in claimers.threads:
         t.join(30)
-    assert not errors, errors
+    assert not claimers.errors, claimers.errors
 
     times = sorted(at for kind, _, at in claims_in_log_order(apps[0], todos) if kind == "TodoClaimed")
-    assert len(times) == 100 and refused[0] > 0
+    assert len(times) == 100 and claimers.refused > 0
     window = timedelta(seconds=60)
     worst = max(sum(1 for t in times if start <= t < start + window) for start in times)
     assert worst <= 30
