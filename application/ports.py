@@ -36,8 +36,9 @@ class UnitOfWork(Protocol):
 
     def claimable(self, endpoint_id: str, queues: Sequence[str], limit: int) -> list[UUID]: ...
 
-    def queue_load(self, endpoint_id: str, queue: str) -> QueueLoad: ...
-    """The queue's claimed todos and its claims of the last 60 s: as committed, plus this batch's claims."""
+    def queue_load(self, endpoint_id: str, queue: str, *, fresh: bool = False) -> QueueLoad: ...
+    """The queue's claimed todos and its claims of the last 60 s plus this batch's claims: as this
+    process last knew them (possibly behind), or as committed with `fresh`."""
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,10 @@ def refusal_of(uow: UnitOfWork, endpoint_id: str, queue: str, controls: QueueCon
     if controls.paused:
         return Refusal(PAUSED)
     load = uow.queue_load(endpoint_id, queue)
+    refusal = admission(controls, in_flight=load.in_flight, recent_claims=load.recent_claims, now=uow.now)
+    if refusal is None:
+        return None  # the commit's own check holds it to the limit if the load was behind
+    load = uow.queue_load(endpoint_id, queue, fresh=True)  # a refusal is confirmed on committed counts
     return admission(controls, in_flight=load.in_flight, recent_claims=load.recent_claims, now=uow.now)
 
 
@@ -96,7 +100,7 @@ class QueueControlsService:
         loads = self.views.queue_loads(endpoint.endpoint_id, queues, self.clock.now())
         return [
             {"queue": q, **endpoint.controls_of(q).as_dict(), "in_flight": loads[q][0],
-             "claims_last_minute": loads[q][1] if endpoint.controls_of(q).controlled else None}
+             "claims_last_minute": loads[q][1] if endpoint.controls_of(q).max_claims_per_minute else None}
             for q in queues
         ]
 

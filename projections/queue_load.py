@@ -3,7 +3,7 @@
 `sb_queue_controls` holds the controls operators set (`QueueControlsSet`). `sb_in_flight` has one
 row per claimed todo of every queue (so a limit set on a busy queue counts what is already
 claimed; claims recorded before this projection existed carry no queue and are not counted).
-`sb_queue_claims` has one row per claim admitted under controls in the last two minutes (the rate
+`sb_queue_claims` has one row per claim admitted under a rate in the last two minutes (the rate
 counts the last one).
 
 Being written in the transaction that appends the claim, after the store's write lock, the rows
@@ -79,10 +79,13 @@ class QueueLoad:
                 key = (event.endpoint_id, event.queue)
                 if event.admitted_under is None:
                     return [(_IN_FLIGHT, (todo_id, *key))]
+                admit = [(_ADMIT_IN_FLIGHT, (todo_id, *key, *key, *key))]
+                if event.admitted_under.get("max_claims_per_minute") is None:
+                    return admit
                 at = micros(event.timestamp)
                 since = at - int(RATE_WINDOW.total_seconds() * 1_000_000)
                 return [
-                    (_ADMIT_IN_FLIGHT, (todo_id, *key, *key, *key)),
+                    *admit,
                     # forgotten a window later than needed: a claim stamped by a process whose clock
                     # is behind (by less than a minute) still counts the claims it must
                     (_FORGET_CLAIMS, (*key, since - int(RATE_WINDOW.total_seconds() * 1_000_000))),

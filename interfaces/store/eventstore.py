@@ -37,13 +37,13 @@ from domain.errors import DomainError
 from domain.events import Aggregate, DomainEvent
 from domain.idempotency import IdempotencyKey
 from domain.names import TODO_PREFIX, format_id
-from domain.todo import MAY_BECOME_CLAIMABLE, Todo, TodoClaimed
+from domain.todo import MAY_BECOME_CLAIMABLE, LeaseExpired, Todo, TodoClaimed, TodoCompleted, TodoFailed, TodoReleased
 from interfaces.store.codec import EventCodec
 from interfaces.store.database import (
     DEFAULT_POOL_SIZE, POOL_WAIT, Database, DatabaseUrl, LockBusy, Tx, first_line,
 )
 from interfaces.store.recorders import PostgresEventRecorder, SqliteEventRecorder
-from interfaces.store.queues import REFUSALS_DDL, SqlQueueLoad
+from interfaces.store.queues import REFUSALS_DDL, LoadEstimates, SqlQueueLoad
 from interfaces.store.rings import RINGS_DDL
 from projections.base import Projection, Tracking, micros
 
@@ -81,8 +81,8 @@ class _Batch:
         self.aggregates: dict[UUID, Aggregate] = {}
         self.cached: set[UUID] = set()
         self.candidates: dict[tuple[str, tuple[str, ...]], tuple[list[UUID], bool]] = {}
-        self.loads: dict[tuple[str, str], QueueLoad] = {}
-        """Committed queue loads read by this batch (once per queue)."""
+        self.loads: dict[tuple[str, str], tuple[QueueLoad, bool]] = {}
+        """Each controlled queue's load as this batch took it (once per queue), and whether read fresh."""
 
 
 class _Unit:
@@ -160,12 +160,15 @@ class _Unit:
             cached = self._batch.candidates[key] = (ids, len(ids) < fetch)
         return cached[0]
 
-    def queue_load(self, endpoint_id: str, queue: str) -> QueueLoad:
-        """The queue's committed load (read once per batch) plus the claims this batch has made in it."""
+    def queue_load(self, endpoint_id: str, queue: str, *, fresh: bool = False) -> QueueLoad:
+        """The queue's load — this process's estimate, or with `fresh` (and on a re-run) as committed —
+        plus the claims this batch has made in it."""
         key = (endpoint_id, queue)
-        committed = self._batch.loads.get(key)
-        if committed is None:
-            committed = self._batch.loads[key] = self._store.queue_reads.load(endpoint_id, queue, self.now)
+        fresh = fresh or self._fresh
+        taken = self._batch.loads.get(key)
+        if taken is None or (fresh and not taken[1]):
+            taken = self._batch.loads[key] = (self._store.load_estimates.get(key, self.now, fresh=fresh), fresh)
+        committed = taken[0]
         ours = [e.timestamp for a in self._batch.aggregates.values() for e in a.pending_events
                 if isinstance(e, TodoClaimed) and e.queue == queue and e.endpoint_id == endpoint_id]
         if not ours:
@@ -178,6 +181,19 @@ class _Unit:
                 self._batch.aggregates.pop(aggregate_id, None)
             else:
                 self._batch.aggregates[aggregate_id] = saved
+
+
+def _load_moves(todo: Todo, events: Sequence[DomainEvent]) -> list[tuple[tuple[str, str], int, datetime | None]]:
+    """What these events of one todo do to its queue's load: a claim +1 (with its time when it counts
+    against a rate), a claim's end -1."""
+    moves: list[tuple[tuple[str, str], int, datetime | None]] = []
+    for event in events:
+        if isinstance(event, TodoClaimed) and event.queue is not None:
+            rated = bool(event.admitted_under and event.admitted_under.get("max_claims_per_minute"))
+            moves.append(((event.endpoint_id, event.queue), 1, event.timestamp if rated else None))
+        elif isinstance(event, (TodoCompleted, TodoFailed, TodoReleased, LeaseExpired)):
+            moves.append(((todo.endpoint_id, todo.queue), -1, None))
+    return moves
 
 
 class _Datastore(PostgresDatastore):
@@ -243,6 +259,7 @@ class SqlEventStore:
         self.codec = EventCodec()
         self.db = Database(url, pool_size=pool_size, application_name=application_name)
         self.queue_reads = SqlQueueLoad(self.db)
+        self.load_estimates = LoadEstimates(self.queue_reads)
         self.projections = tuple(projections)
         self.inline = tuple(p for p in self.projections if p.inline)
         self.datastore: Any = None
@@ -534,8 +551,13 @@ class SqlEventStore:
 
     def _commit(self, batch: _Batch) -> list[Recorded]:
         events: list[DomainEvent] = []
+        moves: list[tuple[tuple[str, str], int, datetime | None]] = []  # what this commit does to queue loads
+        tracking = self.load_estimates.tracking
         for aggregate in batch.aggregates.values():
-            events.extend(aggregate.collect_events())
+            collected = aggregate.collect_events()
+            events.extend(collected)
+            if tracking and isinstance(aggregate, Todo):
+                moves += _load_moves(aggregate, collected)
         if not events:
             return []
         self._prefetch_candidates(batch, events)
@@ -544,6 +566,8 @@ class SqlEventStore:
         ids = self.recorder.insert_events(
             stored, inline_ops=ops, inline_tracking=tuple(p.name for p in self.inline)
         )
+        if moves:
+            self.load_estimates.committed(moves)
         with self._cache_lock:
             for aggregate_id, aggregate in batch.aggregates.items():
                 if isinstance(aggregate, CACHEABLE):

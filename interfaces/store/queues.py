@@ -10,6 +10,7 @@ queue and reason, for `switchboard_claims_refused_total`, shared by every proces
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -20,6 +21,7 @@ from interfaces.store.rings import DueRing
 from projections.base import from_micros, micros
 
 QueueKey = tuple[str, str]  # (endpoint_id, queue)
+MAX_KEPT = 100_000  # claim times an estimate keeps at most (the highest rate)
 REFUSALS_DDL = (
     "CREATE TABLE IF NOT EXISTS sb_claim_refusals (queue TEXT NOT NULL, reason TEXT NOT NULL,"
     " total BIGINT NOT NULL, PRIMARY KEY (queue, reason))",
@@ -90,3 +92,48 @@ class SqlQueueLoad:
             return None
         todo_id, eid, queue, source, kind, title, spell = rows[0]
         return DueRing(todo_id, eid, queue, source, kind, title, int(spell or 0), ring_no)
+
+
+class LoadEstimates:
+    """This process's last known load of each controlled queue, moved by its own commits.
+
+    Admission reads it instead of the database, so a claim in a queue whose limit is far from
+    binding costs no read: a load that is too low (another process claimed meanwhile) only lets a
+    claim through that its commit's CHECK then refuses, and the writer re-runs the command on
+    fresh state, which reads the database; a load that is too high is never believed for a
+    refusal (the application confirms a refusal on a fresh read). Every fresh read replaces the
+    estimate.
+    """
+
+    def __init__(self, reads: SqlQueueLoad) -> None:
+        self.reads = reads
+        self._known: dict[QueueKey, QueueLoad] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def tracking(self) -> bool:
+        """Some controlled queue has an estimate (else commits need not say what they move)."""
+        return bool(self._known)
+
+    def get(self, key: QueueKey, now: datetime, *, fresh: bool) -> QueueLoad:
+        if not fresh:
+            with self._lock:
+                known = self._known.get(key)
+            if known is not None:
+                since = now - RATE_WINDOW
+                return QueueLoad(known.in_flight, tuple(t for t in known.recent_claims if t > since))
+        load = self.reads.load(*key, now)
+        with self._lock:
+            self._known[key] = load
+        return load
+
+    def committed(self, moves: Sequence[tuple[QueueKey, int, datetime | None]]) -> None:
+        """After a commit: each (queue, +1 for a claim / -1 for a claim's end, the claim's time if
+        it counts against a rate) moves the estimate of a queue that has one."""
+        with self._lock:
+            for key, delta, claimed_at in moves:  # only queues with an estimate are moved
+                known = self._known.get(key)
+                if known is None:
+                    continue
+                claims = (*known.recent_claims, claimed_at) if claimed_at is not None else known.recent_claims
+                self._known[key] = QueueLoad(max(known.in_flight + delta, 0), claims[-MAX_KEPT:])
