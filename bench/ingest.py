@@ -703,7 +703,7 @@ def library_of(path: str) -> str:
 
 
 def role_of(name: str, frames: list[str]) -> str:
-    if name == "switchboard-writer" or "SqlEventStore._write_loop" in frames:
+    if name == "switchboard-writer" or "Writer._loop" in frames:
         return "writer"
     if name.startswith("switchboard-ingest") or name == "AnyIO worker thread" or "WorkerThread.run" in frames:
         return "ingest workers (threads)"
@@ -726,7 +726,7 @@ def state_of(frames: list[str]) -> str:
         return "wait: PostgreSQL round trip"
     if "Future.result" in frames and "SqlEventStore.run" in frames:
         return "wait: writer (store.run)"
-    if leaf == "SqlEventStore._write_loop":  # SimpleQueue.get is C code: the writer waits for jobs
+    if leaf == "Writer._loop":  # SimpleQueue.get is C code: the writer waits for jobs
         return "idle / blocked"
     if leaf in ("Condition.wait", "Event.wait", "_wait_for_tstate_lock", "Queue.get", "SimpleQueue.get",
                 "_worker", "Runner.run", "select", "EpollSelector.select", "sleep"):
@@ -754,12 +754,12 @@ STAGES = {
         ("idle pool thread", ()),
     ],
     "writer": [
-        ("commit: insert_events + inline projections (1 txn/batch)", ("SqlEventStore._commit",)),
-        ("handler: load IdempotencyKey (miss -> query)", ("Webhooks._open_for", "_Unit.get")),
-        ("handler: load target Endpoint (not cached)", ("Webhooks.ingest.<locals>.handler", "_Unit.get")),
+        ("commit: insert_events + inline projections (1 txn/batch)", ("Writer._commit",)),
+        ("handler: load IdempotencyKey (miss -> query)", ("Webhooks._open_for", "Unit.get")),
+        ("handler: load target Endpoint (not cached)", ("Webhooks.ingest.<locals>.handler", "Unit.get")),
         ("handler: Todo.open / Delivery.accept (domain)", ("Webhooks.ingest.<locals>.handler",)),
-        ("announce to listeners", ("SqlEventStore._announce",)),
-        ("waiting for jobs / linger", ("SqlEventStore._write_loop",)),
+        ("announce to listeners", ("Writer._announce",)),
+        ("waiting for jobs / linger", ("Writer._loop",)),
         ("other", ()),
     ],
     "background: projections": [

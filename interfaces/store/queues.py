@@ -15,13 +15,18 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from application.ports import QueueLoad
+from domain.events import DomainEvent
 from domain.queue import RATE_WINDOW, QueueControls, Refusal, admission
+from domain.todo import LeaseExpired, Todo, TodoClaimed, TodoCompleted, TodoFailed, TodoReleased
 from interfaces.store.database import Database
 from interfaces.store.rings import DueRing
 from projections.base import from_micros, micros
 
 QueueKey = tuple[str, str]  # (endpoint_id, queue)
 MAX_KEPT = 100_000  # claim times an estimate keeps at most (the highest rate)
+LoadMove = tuple[QueueKey, int, "datetime | None"]
+"""What one event does to its queue's load: +1 a claim (with its time when it counts against a
+rate), -1 a claim's end."""
 REFUSALS_DDL = (
     "CREATE TABLE IF NOT EXISTS sb_claim_refusals (queue TEXT NOT NULL, reason TEXT NOT NULL,"
     " total BIGINT NOT NULL, PRIMARY KEY (queue, reason))",
@@ -127,7 +132,7 @@ class LoadEstimates:
             self._known[key] = load
         return load
 
-    def committed(self, moves: Sequence[tuple[QueueKey, int, datetime | None]]) -> None:
+    def committed(self, moves: Sequence[LoadMove]) -> None:
         """After a commit: each (queue, +1 for a claim / -1 for a claim's end, the claim's time if
         it counts against a rate) moves the estimate of a queue that has one."""
         with self._lock:
@@ -137,3 +142,15 @@ class LoadEstimates:
                     continue
                 claims = (*known.recent_claims, claimed_at) if claimed_at is not None else known.recent_claims
                 self._known[key] = QueueLoad(max(known.in_flight + delta, 0), claims[-MAX_KEPT:])
+
+
+def load_moves(todo: Todo, events: Sequence[DomainEvent]) -> list[LoadMove]:
+    """What these events of one todo do to its queue's load."""
+    moves: list[LoadMove] = []
+    for event in events:
+        if isinstance(event, TodoClaimed) and event.queue is not None:
+            rated = bool(event.admitted_under and event.admitted_under.get("max_claims_per_minute"))
+            moves.append(((event.endpoint_id, event.queue), 1, event.timestamp if rated else None))
+        elif isinstance(event, (TodoCompleted, TodoFailed, TodoReleased, LeaseExpired)):
+            moves.append(((todo.endpoint_id, todo.queue), -1, None))
+    return moves
