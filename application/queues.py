@@ -1,5 +1,5 @@
 """Queue controls and bulk actions: the operator's commands on an endpoint's queues, and the one
-admission step every claim goes through (docs/adr/0019-queue-admission.md).
+admission step every claim goes through (docs/adr/0022-queue-admission.md).
 
 `admit` applies domain/queue.py's rule to a claim in a queue with controls, against the queue's
 committed load plus the claims of the same writer batch (`UnitOfWork.queue_load`); the store then
@@ -12,19 +12,24 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from application.ports import Clock, EventStore, UnitOfWork
+from application.access import Access, Caller, touchable_endpoint
+from application.ports import Clock, EventStore, UnitOfWork, Views
 from domain.endpoint import Endpoint, endpoint_uuid_of
-from domain.errors import InvalidArgument, NotFound
+from domain.errors import InvalidArgument
 from domain.names import TODO_PREFIX, check_queue_name, parse_id
 from domain.queue import PAUSED, UNSET, QueueControls, Refusal, admission
 from domain.todo import Todo
 
 BULK_PREFIX = "ba_"
+MAX_PUSH_DELAY = timedelta(days=3650)
 BULK_CHUNK = 100
 """Todos one bulk-retry command changes (and commits) at a time."""
+
+QueueLoads = dict[str, tuple[int, int]]  # queue -> (claimed now, claims under a rate in the last 60 s)
 
 
 def refusal_of(uow: UnitOfWork, endpoint_id: str, queue: str, controls: QueueControls | None) -> Refusal | None:
@@ -58,73 +63,93 @@ def new_bulk_id() -> str:
     return BULK_PREFIX + secrets.token_hex(16)
 
 
-class QueueControlsService:
+def not_before_of(not_before: object, delay_seconds: object) -> Callable[[datetime], datetime | None]:
+    """When a pushed todo becomes claimable, given the command's `now`: an RFC 3339 time with its
+    offset, or a delay in seconds from now (not both); None: at once."""
+    if not_before is not None and delay_seconds is not None:
+        raise InvalidArgument("give not_before or a delay, not both")
+    if delay_seconds is not None:
+        if (isinstance(delay_seconds, bool) or not isinstance(delay_seconds, (int, float))
+                or not 0 <= delay_seconds <= MAX_PUSH_DELAY.total_seconds()):
+            raise InvalidArgument(f"delay must be within 0..{int(MAX_PUSH_DELAY.total_seconds())} seconds")
+        delay = timedelta(seconds=delay_seconds)
+        return lambda now: now + delay if delay else None
+    if not_before is None:
+        return lambda now: None
+    moment = not_before
+    if isinstance(not_before, str):
+        try:
+            moment = datetime.fromisoformat(not_before.strip())
+        except ValueError:
+            moment = None
+    if not isinstance(moment, datetime) or moment.tzinfo is None or moment.year < 1971:
+        raise InvalidArgument("not_before must be an RFC 3339 time with its offset, e.g. 2026-12-01T12:00:00Z")
+    return lambda now: moment
+
+
+def why_empty(refused: Mapping[str, Refusal]) -> dict[str, Any]:
+    """What an empty `claim_next` says when its queues hold work they cannot hand out now: the
+    reason of the first such queue and, if any of them admits again at a known time, when."""
+    if not refused:
+        return {}
+    why: dict[str, Any] = {"reason": next(iter(refused.values())).reason}
+    known = [r.retry_after_seconds for r in refused.values() if r.retry_after_seconds is not None]
+    if known:
+        why["retry_after_seconds"] = min(known)
+    return why
+
+
+class Queues:
     """The operator's side: set and read an endpoint's queue controls; retry dead letters in bulk."""
 
-    def __init__(self, store: EventStore, views: Any, clock: Clock, owns: Callable[[Any, Endpoint], bool]) -> None:
+    def __init__(self, store: EventStore, views: Views, clock: Clock, access: Access) -> None:
         self.store = store
         self.views = views
         self.clock = clock
-        self.owns = owns
+        self.access = access
 
-    def _endpoint(self, ref: str, caller: Any) -> Endpoint:
-        endpoint = self.store.load(Endpoint, endpoint_uuid_of(ref))
-        if endpoint is None or not self.owns(caller, endpoint):
-            raise NotFound(f"endpoint {ref} not found")
-        return endpoint
-
-    def set(self, ref: str, queue: str, *, caller: Any, paused: Any = UNSET, max_in_flight: Any = UNSET,
-            max_claims_per_minute: Any = UNSET) -> dict[str, Any]:
-        """Pauses, resumes or limits one of the endpoint's queues (an event when anything changed)."""
+    def set(self, ref: str, queue: str, *, caller: Caller, paused: Any = UNSET, max_in_flight: Any = UNSET,
+            max_claims_per_minute: Any = UNSET) -> tuple[Endpoint, QueueLoads]:
+        """Pauses, resumes or limits one of the endpoint's queues (an event when anything changed);
+        the endpoint as now set and that queue's load."""
         check_queue_name(queue)
         endpoint_id = endpoint_uuid_of(ref)
 
         def handler(uow: UnitOfWork) -> Endpoint:
-            endpoint = uow.get(Endpoint, endpoint_id)
-            if endpoint is None or not self.owns(caller, endpoint):
-                raise NotFound(f"endpoint {ref} not found")
+            endpoint = touchable_endpoint(uow, endpoint_id, ref, caller)
             endpoint.set_queue_controls(now=uow.now, actor=caller.label, queue=queue, paused=paused,
                                         max_in_flight=max_in_flight, max_claims_per_minute=max_claims_per_minute)
             return endpoint
 
         endpoint = self.store.run(handler)
-        return self._views(endpoint, [queue])[0]
+        return endpoint, self.views.queue_loads(endpoint.endpoint_id, [queue], self.clock.now())
 
-    def list(self, ref: str, *, caller: Any) -> dict[str, Any]:
-        """Each of the endpoint's queues with its controls and its load now."""
-        endpoint = self._endpoint(ref, caller)
-        return {"endpoint_id": endpoint.endpoint_id, "slug": endpoint.slug,
-                "queues": self._views(endpoint, list(endpoint.queues))}
+    def list(self, ref: str, *, caller: Caller) -> tuple[Endpoint, QueueLoads]:
+        """The endpoint (with its queues' controls) and each queue's load now."""
+        endpoint = self.access.endpoint(ref, caller)
+        return endpoint, self.views.queue_loads(endpoint.endpoint_id, list(endpoint.queues), self.clock.now())
 
-    def _views(self, endpoint: Endpoint, queues: list[str]) -> list[dict[str, Any]]:
-        loads = self.views.queue_loads(endpoint.endpoint_id, queues, self.clock.now())
-        return [
-            {"queue": q, **endpoint.controls_of(q).as_dict(), "in_flight": loads[q][0],
-             "claims_last_minute": loads[q][1] if endpoint.controls_of(q).max_claims_per_minute else None}
-            for q in queues
-        ]
-
-    def bulk_retry(self, ref: str, *, caller: Any, dead_letters: object, queue: str | None = None,
-                   dry_run: bool = False) -> dict[str, Any]:
+    def bulk_retry(self, ref: str, *, caller: Caller, dead_letters: object, queue: str | None = None,
+                   dry_run: bool = False) -> tuple[int, str | None]:
         """Retries every dead letter of the endpoint (or of one of its queues) now, each with a fresh
-        budget: one event per todo, all with the same bulk-action id as cause."""
+        budget: one event per todo, all with the same bulk-action id as cause. How many (would be,
+        with `dry_run`) retried, and that id (None for a dry run)."""
         if dead_letters is not True:
             raise InvalidArgument("dead_letters must be true: only dead letters are retried in bulk")
         if not isinstance(dry_run, bool):
             raise InvalidArgument("dry_run must be true or false")
-        endpoint = self._endpoint(ref, caller)
+        endpoint = self.access.endpoint(ref, caller)
         if queue is not None:
             check_queue_name(queue, allow_quarantine=True)
         self.views.catch_up()
         ids = [u for u in (parse_id(TODO_PREFIX, t) for t in self.views.dead_letter_ids(endpoint.endpoint_id, queue))
                if u is not None]
         if dry_run:
-            return {"would_retry": len(ids)}
+            return len(ids), None
         bulk_id = new_bulk_id()
-        retried = sum(self._retry_chunk(ids[i:i + BULK_CHUNK], bulk_id, caller) for i in range(0, len(ids), BULK_CHUNK))
-        return {"retried": retried, "bulk_action_id": bulk_id}
+        return sum(self._retry_chunk(ids[i:i + BULK_CHUNK], bulk_id, caller) for i in range(0, len(ids), BULK_CHUNK)), bulk_id
 
-    def _retry_chunk(self, ids: list[UUID], bulk_id: str, caller: Any) -> int:
+    def _retry_chunk(self, ids: list[UUID], bulk_id: str, caller: Caller) -> int:
         def handler(uow: UnitOfWork) -> int:
             retried = 0
             for todo_id in ids:

@@ -25,6 +25,7 @@ import time
 from application.background import ProjectionWorker
 from application.errors import ConfigurationError, StoreUnavailable, first_line
 from application.ports import SystemClock
+from interfaces.logs import configure_logging
 from interfaces.settings import Settings
 from interfaces.store.database import DatabaseUrl
 from interfaces.store.eventstore import SqlEventStore
@@ -77,7 +78,7 @@ def _open_store(settings: Settings, stop: threading.Event) -> SqlEventStore | No
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     try:
         settings = Settings.from_env()
         DatabaseUrl.parse(settings.database_url)

@@ -10,7 +10,7 @@ and pushes `notifications/claude/channel` to one session, rotating between the e
 sessions. A process holding no deliverable session of an endpoint takes none of its rings, so
 the process that does rings it. See docs/adr/0011-doorbell.md.
 
-Queue controls (docs/adr/0019-queue-admission.md): a ring of a queue that cannot admit a claim
+Queue controls (docs/adr/0022-queue-admission.md): a ring of a queue that cannot admit a claim
 now (paused, at max_in_flight, at its rate) is not taken; when such a queue can admit again, its
 oldest waiting todo is rung (once across processes, like any ring). A session that opens its GET
 stream is rung at once for the oldest claimable todo of its queues that can admit (ring on attach).
@@ -50,6 +50,9 @@ PRUNE_EVERY = 600.0
 FORGET_EVERY = timedelta(seconds=1)
 """How often the scan drops the rings it decided more than 2 x RING_GRACE ago (not every scan)."""
 LISTEN_RETRY = 5.0
+ATTACH_WAIT = 5.0
+"""How long a newly attached session waits for its connection's handle before its ring on attach
+is given up (the handle comes with the session's next message, normally at once)."""
 ADMIT_RING = 1000
 """Ring numbers from here on are rings of a queue that can admit again (1000 + the minute of the
 spell in which it could), outside the schedule's 0..4, so each is taken once across processes."""
@@ -67,8 +70,9 @@ class Doorbell:
         """Reads which queues cannot admit a claim (None: queue controls are not looked at)."""
         self._blocked: set[QueueKey] = set()
         """Queues of this process's endpoints that could not admit at the last scan."""
-        self._attached: list[LiveSession] = []
-        """Sessions whose GET stream opened since the last scan (rung on attach)."""
+        self._attached: list[tuple[LiveSession, float]] = []
+        """Sessions whose GET stream opened and that are not rung yet (ring on attach), each with
+        the monotonic time after which it is no longer tried (its handle may come a moment later)."""
         self.clock = clock
         self.listen = listen
         """(conninfo, channel) of the PostgreSQL NOTIFY sent with every append, or None."""
@@ -88,7 +92,7 @@ class Doorbell:
         oldest claimable todo of its queues that can admit."""
         session = self.registry.get(session_id)
         if session is not None:
-            self._attached.append(session)
+            self._attached.append((session, time.monotonic() + ATTACH_WAIT))
             if self._event is not None:
                 self._event.set()
 
@@ -140,8 +144,8 @@ class Doorbell:
                      if any(s.has_stream and s.peer is not None for s in self.registry.of_endpoint(eid))]
         now = self.clock.now()
         self._forget(now)
-        if not endpoints:
-            self._attached.clear()
+        if not endpoints:  # attached sessions without a handle yet wait for the next scan
+            self._attached = [(s, until) for s, until in self._attached if time.monotonic() < until]
             return
         refused = await anyio.to_thread.run_sync(self.queues.refusals, endpoints, now) if self.queues else {}
         ours: list[tuple[DueRing, list[LiveSession]]] = []
@@ -184,8 +188,12 @@ class Doorbell:
         queues that can admit (that session only: no other session is rung for it), unless that
         todo is being rung by this scan anyway."""
         attached, self._attached = self._attached, []
-        for session in attached:
+        for session, until in attached:
             if self.registry.get(session.session_id) is not session or not session.has_stream:
+                continue
+            if session.peer is None:  # no handle on its connection yet: look again at the next scan
+                if time.monotonic() < until:
+                    self._attached.append((session, until))
                 continue
             queues = [q for q in session.queues if (session.endpoint_id, q) not in refused]
             if self.queues is None or not queues:
