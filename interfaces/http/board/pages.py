@@ -36,6 +36,8 @@ DONE = {
     "revoked": "Endpoint revoked.",
     "webhook_deleted": "Webhook deleted.",
     "rules_saved": "Rules saved.",
+    "queue_set": "Queue controls saved.",
+    "bulk_retried": "Every dead letter shown was retried, in one bulk action (one event per todo).",
 }
 
 
