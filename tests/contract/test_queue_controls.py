@@ -357,3 +357,28 @@ def test_the_doorbell_reads_which_queues_cannot_admit(sb):
     refused = reads.refusals([vended["endpoint_id"]], sb.clock.now())
     assert {q: r.reason for (_, q), r in refused.items()} == {a: "paused", b: "max_in_flight", c: "rate_limited"}
     assert refused[(vended["endpoint_id"], c)].retry_after_seconds == 60
+
+
+# --- metrics -------------------------------------------------------------------------------------------
+
+
+def test_the_metrics_count_claims_in_flight_and_refusals_by_reason(sb):
+    from tests.contract.test_metrics import scrape, series
+
+    vended, queue = controlled(sb, max_in_flight=1)
+    other = sb.another_process()  # a refusal counted by another process shows in this one's scrape
+    try:
+        pushed(sb, vended, 3)
+        sb.app.claim_next(caller=agent(vended))
+        for app in (sb.app, other.app, other.app):
+            assert app.claim_next(caller=agent(vended))["reason"] == "max_in_flight"
+        sb.app.set_queue_controls(vended["slug"], queue, caller=CLI, paused=True)
+        raised(lambda: other.app.claim(sb.app.list_todos(caller=CLI, endpoint=vended["slug"], state="pending")[0]["id"],
+                                       caller=agent(vended)))
+    finally:
+        other.close()
+    samples = scrape(sb)
+    assert series(samples, "switchboard_queue_in_flight")[(("queue", queue),)] == 1
+    refused = series(samples, "switchboard_claims_refused_total")
+    assert refused[(("queue", queue), ("reason", "max_in_flight"))] == 3
+    assert refused[(("queue", queue), ("reason", "paused"))] == 1
