@@ -25,8 +25,9 @@ SERIES = {
     "switchboard_queue_todos", "switchboard_queue_dead_letters", "switchboard_queue_oldest_pending_seconds", "switchboard_todos_created_total",
     "switchboard_todos_claimed_total", "switchboard_todos_completed_total", "switchboard_leases_expired_total",
     "switchboard_webhook_deliveries_total", "switchboard_projection_lag_events", "switchboard_build_info",
+    "switchboard_queue_in_flight",  # CONTRACT §13 (switchboard_claims_refused_total shows once a claim is refused)
 }
-LABELS = {"queue", "state", "source", "outcome", "verdict", "projection", "version"}
+LABELS = {"queue", "state", "source", "outcome", "verdict", "projection", "version", "reason"}
 STATES = ("pending", "claimed", "done", "failed")
 
 
