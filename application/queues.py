@@ -1,5 +1,5 @@
 """Queue controls and bulk actions: the operator's commands on an endpoint's queues, and the one
-admission step every claim goes through (docs/adr/0022-queue-admission.md).
+admission step every claim goes through (docs/adr/0024-queue-admission.md).
 
 `admit` applies domain/queue.py's rule to a claim in a queue with controls, against the queue's
 committed load plus the claims of the same writer batch (`UnitOfWork.queue_load`); the store then

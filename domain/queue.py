@@ -5,7 +5,7 @@ Per endpoint and queue (held by the Endpoint aggregate, `QueueControlsSet`): `pa
 any 60 s window, 1..100000 or None). A claim is admitted only when the queue is not paused, fewer
 than `max_in_flight` of its todos are claimed, and fewer than `max_claims_per_minute` claims fall in
 the 60 s before it. `admission` is the one rule; the write side applies it to every claim and the
-store holds every process to it (docs/adr/0022-queue-admission.md). Pure: counts and `now` are
+store holds every process to it (docs/adr/0024-queue-admission.md). Pure: counts and `now` are
 passed in.
 """
 

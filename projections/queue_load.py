@@ -12,7 +12,7 @@ an `admitted` column that must be 1 is computed from the current counts, so a cl
 take a paused queue, a queue at `max_in_flight` or at its rate fails its whole commit (a CHECK
 violation, which the writer treats like a lost race: it re-runs the command on fresh state, where
 admission refuses it with its reason). That is what holds every process to the limits
-(docs/adr/0022-queue-admission.md). Rebuilt from zero, the same claims in the same order pass the
+(docs/adr/0024-queue-admission.md). Rebuilt from zero, the same claims in the same order pass the
 same checks.
 """
 

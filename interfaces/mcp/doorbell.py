@@ -10,7 +10,7 @@ and pushes `notifications/claude/channel` to one session, rotating between the e
 sessions. A process holding no deliverable session of an endpoint takes none of its rings, so
 the process that does rings it. See docs/adr/0011-doorbell.md.
 
-Queue controls (docs/adr/0022-queue-admission.md): a ring of a queue that cannot admit a claim
+Queue controls (docs/adr/0024-queue-admission.md): a ring of a queue that cannot admit a claim
 now (paused, at max_in_flight, at its rate) is not taken; when such a queue can admit again, its
 oldest waiting todo is rung (once across processes, like any ring). A session that opens its GET
 stream is rung at once for the oldest claimable todo of its queues that can admit (ring on attach).
