@@ -28,7 +28,7 @@ from domain.delivery import DeliveryAccepted
 from domain.events import DomainEvent
 from domain.names import TODO_PREFIX, format_id
 from domain.todo import (
-    LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened,
+    DelayElapsed, LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened,
     TodoReleased, TodoRequeued,
 )
 from projections.base import Op
@@ -59,7 +59,7 @@ class Counters:
     inline = False
     tables = ("sb_counters", "sb_counter_queues")
     # counted: todos created and moved, claims, outcomes; a renewal, release, requeue or discard is none
-    ignores = (LeaseRenewed, TodoReleased, TodoRequeued, TodoDiscarded)
+    ignores = (LeaseRenewed, TodoReleased, TodoRequeued, TodoDiscarded, DelayElapsed)
     ddl = (
         "CREATE TABLE IF NOT EXISTS sb_counters (metric TEXT NOT NULL, a TEXT NOT NULL, b TEXT NOT NULL,"
         " total BIGINT NOT NULL, PRIMARY KEY (metric, a, b))",

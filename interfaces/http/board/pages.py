@@ -37,6 +37,8 @@ DONE = {
     "webhook_deleted": "Webhook deleted.",
     "rules_saved": "Rules saved.",
     "trust_saved": "Trusted senders saved.",
+    "queue_set": "Queue controls saved.",
+    "bulk_retried": "Every dead letter shown was retried, in one bulk action (one event per todo).",
 }
 
 
