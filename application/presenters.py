@@ -37,14 +37,15 @@ def todo_row(todo: Todo) -> dict[str, Any]:
     }
 
 
-def todo_full(todo: Todo, *, lease_token: str | None = None) -> dict[str, Any]:
-    """The row plus payload, routing, result and the newest closed attempts."""
+def todo_full(todo: Todo, *, payload: Any = None, result: Any = None, lease_token: str | None = None) -> dict[str, Any]:
+    """The row plus payload, routing, result and the newest closed attempts (the payload and
+    result as read from the store by application/payloads.py)."""
     closed = [a for a in todo.attempts if a.outcome is not None][-PRIOR_ATTEMPTS_SHOWN:]
     full = todo_row(todo) | {
         "endpoint_id": todo.endpoint_id,
-        "payload": todo.payload,
+        "payload": payload,
         "routing": todo.routing,
-        "result": todo.result,
+        "result": result,
         "attempt_seq": todo.attempt_seq,
         "claimant": todo.claimant,
         "prior_attempts": [

@@ -11,13 +11,14 @@ import json
 import re
 import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 from uuid import UUID
 
 from application.ports import Clock, EventStore, UnitOfWork
-from application.presenters import endpoint_view, iso, todo_full, todo_row
+from application.payloads import HIDDEN, OMITTED, full_todos, history_payloads
+from application.presenters import endpoint_view, iso, todo_row
 from domain.endpoint import Endpoint, credential_hash, endpoint_uuid, endpoint_uuid_of
 from domain.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from domain.idempotency import KEY_MAX_BYTES, IdempotencyKey, key_uuid
@@ -538,7 +539,7 @@ class Switchboard:
             )
 
         todo = self._todo_command(todo_id, caller, command, full=False)
-        return todo_full(todo, lease_token=fence)
+        return full_todos(self.store, [todo], [fence])[0]
 
     def claim_next(
         self, *, caller: Caller, queue: str | None = None, lease_ttl_seconds: float | None = None,
@@ -585,11 +586,12 @@ class Switchboard:
                         return taken
 
         taken = self.store.run(handler)
+        full = full_todos(self.store, taken, [fences[t.id] for t in taken])
         if max_todos is not None:
-            return {"empty": not taken, "todos": [todo_full(t, lease_token=fences[t.id]) for t in taken]}
+            return {"empty": not taken, "todos": full}
         if not taken:
             return {"empty": True}
-        return {"empty": False, "todo": todo_full(taken[0], lease_token=fences[taken[0].id])}
+        return {"empty": False, "todo": full[0]}
 
     def heartbeat(
         self, todo_id: str, *, caller: Caller, lease_ttl_seconds: float | None = None,
@@ -698,7 +700,7 @@ class Switchboard:
     # -- queries -------------------------------------------------------------------------
 
     def get_todo(self, todo_id: str, *, caller: Caller) -> dict[str, Any]:
-        return todo_full(self._visible_todo(todo_id, caller))
+        return full_todos(self.store, [self._visible_todo(todo_id, caller)])[0]
 
     def _visible_todo(self, todo_id: str, caller: Caller) -> Todo:
         todo = self.store.load(Todo, _todo_uuid(todo_id))
@@ -715,15 +717,20 @@ class Switchboard:
         With `payloads=False` an event's `payload` is left out of its data (named in `omitted`), and
         never converted: a reader that shows the payload elsewhere does not pay for it twice."""
         todo = self._visible_todo(todo_id, caller)
+        stream = self.store.stream(todo.id)
+        shown = iter(history_payloads(self.store, [r.event for r in stream], payloads=payloads))
         events = []
-        for recorded in self.store.stream(todo.id):
+        for recorded in stream:
             event, omitted = recorded.event, []
-            if not payloads and getattr(event, "payload", None) is not None:
-                event, omitted = replace(event, payload=None), ["payload"]
             data = self.store.event_data(event)
             time, actor, cause = data.pop("timestamp"), data.pop("actor"), data.pop("cause")
-            for name in omitted:
-                data.pop(name, None)
+            for name, value in next(shown).items():
+                if value is OMITTED or value is HIDDEN:
+                    data.pop(name, None)
+                    if value is OMITTED:
+                        omitted.append(name)
+                else:
+                    data[name] = value
             events.append({
                 "position": recorded.position, "version": recorded.event.originator_version,
                 "time": time, "type": type(recorded.event).__name__, "actor": actor, "cause": cause,

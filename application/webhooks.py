@@ -17,18 +17,20 @@ from typing import Any, Protocol
 from uuid import UUID, uuid4
 
 from application.errors import ConfigurationError
+from application.payloads import delivery_payload, pruned_note
 from application.ports import UnitOfWork
 from application.presenters import iso
 from application.service import Caller, Switchboard
 from domain.delivery import DELIVERY_PREFIX, Delivery, delivery_id_of
 from domain.endpoint import SOURCE_TYPES, Endpoint, endpoint_uuid_of
-from domain.errors import Forbidden, InvalidArgument, NotFound
+from domain.errors import Conflict, Forbidden, InvalidArgument, NotFound
 from domain.events import Aggregate
 from domain.idempotency import IdempotencyKey, key_uuid
 from domain.ingest import (
     SIGNED_SOURCES, check_single_signatures, delivery_id, delivery_kind, derive_title, new_signing_secret,
-    parse_payload, redact_headers, trust_of, verify_signature,
+    parse_payload_form, redact_headers, trust_of, verify_signature,
 )
+from domain.payloads import ref_of
 from domain.names import ENDPOINT_PREFIX, QUARANTINE, TODO_PREFIX, check_queue_name, format_id, parse_id
 from domain.routing import (
     Decision, Faulted, Matched, NoMatch, RuleSet, check_grant, decide, envelope, parse_rule_set, rule_label,
@@ -480,7 +482,7 @@ class Webhooks:
         kind = delivery_kind(lowered, cairn)
         key = _delivery_key(webhook.webhook_id, lowered, webhook.source_type, cairn, body)
         content_type = lowered.get("content-type")
-        payload = parse_payload(body, content_type)
+        payload, payload_form = parse_payload_form(body, content_type)
         redacted = redact_headers(lowered)
         rule_set = self._rules_of(webhook)
         wanted = [
@@ -497,7 +499,7 @@ class Webhooks:
         outcome = self.engine.evaluate(rule_set, env) if rule_set.rules else NoMatch()
         decision = decide(rule_set, outcome, targets=targets or (owner.endpoint_id,), target_queue=webhook.target_queue)
         title = derive_title(webhook.source_type, kind, payload, body=body, content_type=content_type)
-        todo_payload = payload if payload is not None else body.decode(errors="replace")
+        body_ref = ref_of(body)  # the delivery and each todo it opens name these bytes once
         delivery_uuid = uuid4()
         event_id = f"{DELIVERY_PREFIX}{delivery_uuid.hex}"
         actor = f"webhook:{webhook.webhook_id}"
@@ -509,14 +511,15 @@ class Webhooks:
                     continue
                 todos.append(self._open_for(uow, target, decision, key, title=title, kind=kind,
                                             source=webhook.source_type, trust_mode=trust_mode,
-                                            payload=todo_payload, size=len(body), event_id=event_id, actor=actor))
+                                            body_ref=body_ref, payload_form=payload_form, body=body,
+                                            event_id=event_id, actor=actor))
             disposition = "faulted" if decision.faulted else "dropped" if decision.drop else "routed"
             uow.add(Delivery.accept(
                 id=delivery_uuid, now=uow.now, actor=actor, webhook_id=webhook.webhook_id,
                 endpoint_id=owner.endpoint_id, source=webhook.source_type, kind=kind, trust_mode=trust_mode,
                 verified=verified, remote_addr=remote_addr, content_type=content_type, size=len(body),
-                headers=redacted, body=body, delivery_key=key, disposition=disposition, routing=decision.trace,
-                todos=todos,
+                headers=redacted, body=body, body_ref=body_ref, payload_form=payload_form, delivery_key=key,
+                disposition=disposition, routing=decision.trace, todos=todos,
             ))
             return todos
 
@@ -547,8 +550,9 @@ class Webhooks:
             binding = IdempotencyKey.new(endpoint_id=target.endpoint_id, key=key)
         opened = Todo.open(
             id=uuid4(), now=uow.now, actor=todo["actor"], endpoint_id=target.endpoint_id, queue=queue,
-            source=todo["source"], title=todo["title"], trust_mode=todo["trust_mode"], payload=todo["payload"],
-            payload_size=todo["size"], kind=todo["kind"], idempotency_key=key, routing=decision.trace,
+            source=todo["source"], title=todo["title"], trust_mode=todo["trust_mode"],
+            payload_ref=todo["body_ref"], payload_form=todo["payload_form"], payload_bytes=todo["body"],
+            payload_size=len(todo["body"]), kind=todo["kind"], idempotency_key=key, routing=decision.trace,
             delivery_id=todo["event_id"], cause="ingest",
         )
         uow.add(opened)
@@ -595,23 +599,27 @@ class Webhooks:
 
         `body` is the body as received when it is not JSON, or always with `raw_body`."""
         delivery = self._visible_delivery(event_id, caller)
-        payload = parse_payload(delivery.body, delivery.content_type)
+        body, payload, pruned = delivery_payload(self.store, delivery)
+        shown = None if body is None or (payload is not None and not raw_body) else body.decode(errors="replace")
         return {
             "id": delivery.event_id, "delivery_id": delivery_id_of(delivery.delivery_key),
             "webhook_id": delivery.webhook_id, "endpoint_id": delivery.endpoint_id,
             "source": delivery.source, "kind": delivery.kind, "trust_mode": delivery.trust_mode,
             "verified": delivery.verified, "remote_addr": delivery.remote_addr,
             "content_type": delivery.content_type, "size": delivery.size, "headers": delivery.headers,
-            "payload": payload,
-            "body": None if payload is not None and not raw_body else delivery.body.decode(errors="replace"),
+            "payload": payload, "body": shown, "body_sha256": delivery.body_ref["sha256"],
             "disposition": delivery.disposition, "routing": delivery.routing, "todos": delivery.todos,
             "received_at": iso(delivery.received_at),
+            **({"payload_pruned": pruned_note(pruned)} if pruned is not None else {}),
         }
 
     def event_body(self, event_id: str, *, caller: Caller) -> tuple[bytes, str | None]:
         """A delivery's raw body exactly as received, and its content type."""
         delivery = self._visible_delivery(event_id, caller)
-        return delivery.body, delivery.content_type
+        body, _, pruned = delivery_payload(self.store, delivery)
+        if body is None:
+            raise Conflict(f"event {event_id}: {pruned_note(pruned)['text']}")
+        return body, delivery.content_type
 
     def _visible_delivery(self, event_id: str, caller: Caller) -> Delivery:
         parsed = parse_id(DELIVERY_PREFIX, event_id)

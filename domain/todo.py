@@ -32,6 +32,7 @@ from uuid import UUID
 from domain.errors import Conflict, InvalidArgument
 from domain.events import Aggregate, DomainEvent
 from domain.names import QUARANTINE, TODO_PREFIX, format_id
+from domain.payloads import JSON, carried, json_stored
 
 MAX_ATTEMPTS = 5
 DEFAULT_LEASE = timedelta(seconds=300)
@@ -92,6 +93,14 @@ def check_result(result: Any) -> Any:
     return result
 
 
+def _result_fields(result: Any) -> dict[str, Any]:
+    """A checked result as an event names it: by reference to its bytes (none for no result)."""
+    if check_result(result) is None:
+        return {}
+    ref, data = json_stored(result)
+    return {"result_ref": ref, "result_bytes": data}
+
+
 def fence_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -107,11 +116,16 @@ class TodoOpened(DomainEvent):
     kind: str | None
     title: str
     trust_mode: str
-    payload: Any
     payload_size: int
     idempotency_key: str | None = None
     routing: dict[str, Any] | None = None
     delivery_id: str | None = None
+    # `payload` inline before payloads were stored once (docs/adr/0019); now `payload_ref` names
+    # the bytes (for a delivery's todo: its delivery's body) and `payload_form` how to read them.
+    payload: Any = None
+    payload_ref: dict[str, Any] | None = None
+    payload_form: str | None = None
+    payload_bytes: bytes | None = carried()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,16 +145,20 @@ class LeaseRenewed(DomainEvent):
 
 @dataclass(frozen=True, kw_only=True)
 class TodoCompleted(DomainEvent):
-    result: Any = None
+    result: Any = None  # inline before docs/adr/0019; now by reference
     summary: str | None = None
+    result_ref: dict[str, Any] | None = None
+    result_bytes: bytes | None = carried()
 
 
 @dataclass(frozen=True, kw_only=True)
 class TodoFailed(DomainEvent):
-    result: Any = None
+    result: Any = None  # inline before docs/adr/0019; now by reference
     summary: str | None = None
     next_retry_at: datetime | None = None
     dead_letter: bool = False
+    result_ref: dict[str, Any] | None = None
+    result_bytes: bytes | None = carried()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -251,18 +269,25 @@ class Todo(Aggregate):
         routing: dict[str, Any] | None = None,
         delivery_id: str | None = None,
         cause: str = "push",
+        payload_ref: dict[str, Any] | None = None,
+        payload_form: str = JSON,
+        payload_bytes: bytes | None = None,
     ) -> Todo:
-        """Opens a pending todo on an endpoint's queue."""
+        """Opens a pending todo on an endpoint's queue; its payload is named by reference (a JSON
+        value is stored as its bytes; a delivery's todo names its delivery's body)."""
         if trust_mode not in TRUST_MODES:
             raise InvalidArgument(f"unknown trust mode {trust_mode!r}")
+        if payload_ref is None and payload is not None:
+            (payload_ref, payload_bytes), payload_form = json_stored(payload), JSON
         todo = cls()
         todo.id = id
         todo._record(
             TodoOpened,
             timestamp=now, actor=actor, cause=cause, endpoint_id=endpoint_id, queue=queue,
             source=source, kind=kind, title=one_line_title(title), trust_mode=trust_mode,
-            payload=payload, payload_size=payload_size, idempotency_key=idempotency_key,
-            routing=routing, delivery_id=delivery_id,
+            payload_size=payload_size, idempotency_key=idempotency_key,
+            routing=routing, delivery_id=delivery_id, payload_ref=payload_ref,
+            payload_form=payload_form if payload_ref is not None else None, payload_bytes=payload_bytes,
         )
         return todo
 
@@ -339,7 +364,7 @@ class Todo(Aggregate):
         self._check_holder(now, holder, fence_token)
         self._record(
             TodoCompleted, timestamp=now, actor=holder, cause="complete",
-            result=check_result(result), summary=cut_utf8(summary, SUMMARY_MAX_BYTES),
+            summary=cut_utf8(summary, SUMMARY_MAX_BYTES), **_result_fields(result),
         )
 
     def fail(
@@ -351,7 +376,7 @@ class Todo(Aggregate):
         dead = self.attempt >= MAX_ATTEMPTS
         self._record(
             TodoFailed, timestamp=now, actor=holder, cause="fail",
-            result=check_result(result), summary=cut_utf8(summary, SUMMARY_MAX_BYTES),
+            summary=cut_utf8(summary, SUMMARY_MAX_BYTES), **_result_fields(result),
             next_retry_at=None if dead else now + retry_delay(self.attempt), dead_letter=dead,
         )
 
@@ -464,7 +489,9 @@ class Todo(Aggregate):
                 self.kind = event.kind
                 self.title = event.title
                 self.trust_mode = event.trust_mode
-                self.payload = event.payload
+                self.payload_ref = event.payload_ref
+                self.payload_form = event.payload_form
+                self.payload_bytes = event.payload_bytes
                 self.payload_size = event.payload_size
                 self.idempotency_key = event.idempotency_key
                 self.routing = event.routing
@@ -477,7 +504,7 @@ class Todo(Aggregate):
                 self.holder = self.claimant = self.fence_hash = None
                 self.lease_expires_at = self.next_retry_at = None
                 self.dead_letter = False
-                self.result = None
+                self.result_ref = self.result_bytes = None
                 self.updated_at = event.timestamp
             case TodoClaimed():
                 self.state = CLAIMED
@@ -494,11 +521,11 @@ class Todo(Aggregate):
             case TodoCompleted():
                 self._end_attempt(event.timestamp, "completed", event.summary)
                 self.state = DONE
-                self.result = event.result
+                self.result_ref, self.result_bytes = event.result_ref, event.result_bytes
             case TodoFailed():
                 self._end_attempt(event.timestamp, "failed", event.summary)
                 self.state = FAILED
-                self.result = event.result
+                self.result_ref, self.result_bytes = event.result_ref, event.result_bytes
                 self.next_retry_at = event.next_retry_at
                 self.dead_letter = event.dead_letter
             case LeaseExpired():
@@ -519,7 +546,7 @@ class Todo(Aggregate):
                 self.state = DONE
                 self.next_retry_at = None
                 self.dead_letter = False
-                self.result = None
+                self.result_ref = self.result_bytes = None
             case _:  # pragma: no cover - a new event type without a branch is a bug
                 raise TypeError(f"Todo cannot apply {type(event).__name__}")
         self.updated_at = event.timestamp

@@ -19,6 +19,7 @@ from domain.events import DomainEvent
 from domain.idempotency import KEY_EVENTS
 from domain.installation import INSTALLATION_EVENTS
 from domain.operator import OPERATOR_EVENTS
+from domain.payloads import PAYLOAD_FIELDS, is_carried, upcast
 from domain.todo import TODO_EVENTS
 from domain.webhook import WEBHOOK_EVENTS
 
@@ -30,21 +31,24 @@ EVENT_TYPES.update((cls.__name__, cls) for cls in INSTALLATION_EVENTS)
 _ENVELOPE = ("originator_id", "originator_version")
 
 
+def _stored_fields(cls: type[DomainEvent]) -> tuple[str, ...]:
+    """The fields serialized: not the stream's columns, not the bytes an event carries to the
+    store (domain/payloads.py `carried`)."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.name not in _ENVELOPE and not is_carried(f))
+
+
 class EventCodec:
     """Maps domain events to eventsourcing's StoredEvent and back."""
 
     def __init__(self, types: dict[str, type[DomainEvent]] = EVENT_TYPES) -> None:
         self._types = dict(types)
-        self._fields = {
-            cls: tuple(f.name for f in dataclasses.fields(cls) if f.name not in _ENVELOPE)
-            for cls in self._types.values()
-        }
+        self._fields = {cls: _stored_fields(cls) for cls in self._types.values()}
         self._encoder = msgspec.json.Encoder()
         self._decoder = msgspec.json.Decoder(dict)
 
     def register(self, cls: type[DomainEvent]) -> None:
         self._types[cls.__name__] = cls
-        self._fields[cls] = tuple(f.name for f in dataclasses.fields(cls) if f.name not in _ENVELOPE)
+        self._fields[cls] = _stored_fields(cls)
 
     def encode_state(self, event: DomainEvent) -> bytes:
         return self._encoder.encode({name: getattr(event, name) for name in self._fields[type(event)]})
@@ -60,6 +64,8 @@ class EventCodec:
     def decode(self, topic: str, originator_id: UUID | str, version: int, state: bytes) -> DomainEvent:
         cls = self._types[topic]
         data: dict[str, Any] = self._decoder.decode(state)
+        if topic in PAYLOAD_FIELDS:
+            data = upcast(topic, data)  # an event from before payloads were stored once
         data["originator_id"] = originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
         data["originator_version"] = version
         return msgspec.convert(data, cls, strict=False)

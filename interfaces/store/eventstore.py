@@ -38,6 +38,7 @@ from domain.events import Aggregate, DomainEvent
 from domain.idempotency import IdempotencyKey
 from domain.names import TODO_PREFIX, format_id
 from domain.todo import MAY_BECOME_CLAIMABLE, Todo, TodoClaimed
+from interfaces.store import blobs
 from interfaces.store.codec import EventCodec
 from interfaces.store.database import (
     DEFAULT_POOL_SIZE, POOL_WAIT, Database, DatabaseUrl, LockBusy, Tx, first_line,
@@ -45,13 +46,14 @@ from interfaces.store.database import (
 from interfaces.store.recorders import PostgresEventRecorder, SqliteEventRecorder
 from interfaces.store.rings import RINGS_DDL
 from projections.base import Projection, Tracking, micros
+from projections.deliveries import RETIRED
 
 log = logging.getLogger("switchboard.store")
 T = TypeVar("T")
 A = TypeVar("A", bound=Aggregate)
 
 MAX_BATCH = 64
-LZ4_COLUMNS = (("sb_deliveries", "envelope"),)
+LZ4_COLUMNS = (("sb_stored_deliveries", "envelope"), (blobs.TABLE, "data"))
 COMPRESSION_LOCK_TIMEOUT_MS = 1000
 LINGER = 0.001  # seconds a batch may wait to fill up to the previous batch's size
 MAX_RETRIES = 12
@@ -277,11 +279,13 @@ class SqlEventStore:
                     # deadlock with a running server's append (events table first, then projections).
                     _use_lz4(tx, "stored_events", "state")
                     self._migrate(tx)
+                    blobs.upgrade(tx, self.codec.decode, sqlite=False)
                 self._compress_read_models()
             else:
                 self.recorder.create_table()
                 with self.db.transaction() as tx:
                     self._migrate(tx)
+                    blobs.upgrade(tx, self.codec.decode, sqlite=True)
         except PersistenceError as error:
             raise StoreUnavailable(f"store unavailable: {error}") from None
         return self
@@ -300,8 +304,9 @@ class SqlEventStore:
                 log.warning("%s.%s keeps its compression until the next start (table busy)", table, column)
 
     def _migrate(self, tx: Any) -> None:
-        for statement in (*Tracking.DDL, *RINGS_DDL):
+        for statement in (*Tracking.DDL, *RINGS_DDL, *blobs.DDL[self.url.dialect]):
             tx.execute(statement)
+        tx.execute(f"DELETE FROM sb_tracking WHERE name IN ({', '.join(['%s'] * len(RETIRED))})", RETIRED)
         for projection in self.projections:
             for statement in projection.ddl:
                 tx.execute(statement)
@@ -524,7 +529,10 @@ class SqlEventStore:
             return []
         self._prefetch_candidates(batch, events)
         stored = [self.codec.to_stored_event(e) for e in events]
-        ops = [op for p in self.inline for e in events for op in p.ops(e, None)]
+        # the payloads the events name, in their transaction (docs/adr/0019)
+        ops = blobs.ops_for(blobs.carried_blobs(events), events[0].timestamp,
+                            compress=self.url.dialect == "sqlite")
+        ops += [op for p in self.inline for e in events for op in p.ops(e, None)]
         ids = self.recorder.insert_events(
             stored, inline_ops=ops, inline_tracking=tuple(p.name for p in self.inline)
         )
@@ -652,6 +660,12 @@ class SqlEventStore:
 
     def event_data(self, event: DomainEvent) -> dict[str, Any]:
         return self.codec.event_data(event)
+
+    def read_payloads(self, digests: Sequence[str]) -> dict[str, blobs.Stored]:
+        """The stored bytes (or prune tombstones) of these payload digests; absent ones left out."""
+        if not digests:
+            return {}
+        return blobs.read(self.db.query, digests)
 
     def claimable(self, endpoint_id: str, queues: Sequence[str], now: datetime, limit: int) -> list[UUID]:
         """Todo ids of the endpoint claimable now in the given queues, oldest first."""

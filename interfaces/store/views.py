@@ -8,11 +8,19 @@ from datetime import datetime
 from typing import Any
 
 from application.presenters import iso
+from domain.routing import envelope_with_payload
 from domain.todo import MAX_ATTEMPTS
+from interfaces.store.blobs import TABLE as PAYLOADS, unpack
 from interfaces.store.database import Database
 from interfaces.store.projector import Projector
 from projections.base import from_micros, micros
 from projections.todo_rows import COLUMNS
+
+
+_ENVELOPES = (
+    "SELECT d.event_id, d.envelope, d.payload_form, b.codec, b.data FROM sb_stored_deliveries d"
+    f" LEFT JOIN {PAYLOADS} b ON b.sha256 = d.body_sha256"
+)
 
 
 def _row(values: Sequence[Any]) -> dict[str, Any]:
@@ -179,19 +187,28 @@ class SqlViews:
         ]
 
     def recent_envelopes(self, webhook_id: str, limit: int) -> list[tuple[str, str]]:
-        """(event_id, envelope JSON) of a webhook's latest deliveries, newest first."""
-        return [
-            (r[0], r[1]) for r in self.db.query(
-                "SELECT event_id, envelope FROM sb_deliveries WHERE webhook_id = %s ORDER BY position DESC LIMIT %s",
-                (webhook_id, limit),
+        """(event_id, envelope JSON) of a webhook's latest deliveries, newest first; each body is
+        spliced in from the payload store, and a delivery whose body was pruned is left out."""
+        return self._envelopes(
+            self.db.query(
+                f"{_ENVELOPES} WHERE d.webhook_id = %s ORDER BY d.position DESC LIMIT %s", (webhook_id, limit)
             )
-        ]
+        )
 
     def delivery_envelope(self, webhook_id: str, event_id: str) -> str | None:
-        rows = self.db.query(
-            "SELECT envelope FROM sb_deliveries WHERE webhook_id = %s AND event_id = %s", (webhook_id, event_id)
+        found = self._envelopes(
+            self.db.query(f"{_ENVELOPES} WHERE d.webhook_id = %s AND d.event_id = %s", (webhook_id, event_id))
         )
-        return rows[0][0] if rows else None
+        return found[0][1] if found else None
+
+    @staticmethod
+    def _envelopes(rows: Sequence[tuple]) -> list[tuple[str, str]]:
+        found = []
+        for event_id, env, form, codec, data in rows:
+            if data is None:
+                continue  # pruned (docs/adr/0019)
+            found.append((event_id, envelope_with_payload(env, unpack(codec, data), form)))
+        return found
 
     def list_deliveries(self, *, webhook_id: str | None, endpoint_ids: Sequence[str] | None, limit: int,
                         before: int | None) -> tuple[list[dict[str, Any]], int | None]:
@@ -212,7 +229,7 @@ class SqlViews:
         rows = self.db.query(
             "SELECT d.event_id, d.webhook_id, d.endpoint_id, d.source, d.kind, d.trust_mode, d.verified,"
             " d.disposition, d.size, d.todo_count, d.received_at, d.position, d.routing, i.delivery_id"
-            f" FROM sb_deliveries d LEFT JOIN sb_delivery_ids i ON i.event_id = d.event_id{clause}"
+            f" FROM sb_stored_deliveries d LEFT JOIN sb_delivery_ids i ON i.event_id = d.event_id{clause}"
             " ORDER BY d.position DESC LIMIT %s", (*params, limit + 1),
         )
         more = len(rows) > limit

@@ -162,7 +162,7 @@ def test_fan_out_append_is_all_or_nothing(stack, fan_out):
         conn.execute(TRIGGER)
     try:
         before = stack.counts()
-        deliveries_before = stack.scalar("SELECT count(*) FROM sb_deliveries")
+        deliveries_before = stack.scalar("SELECT count(*) FROM sb_stored_deliveries")
 
         refused = stack.deliver(hook, body, delivery="doomed-1")
 
@@ -170,7 +170,7 @@ def test_fan_out_append_is_all_or_nothing(stack, fan_out):
         # the trigger saw three TodoOpened rows: two were written before the third failed
         assert stack.scalar("SELECT last_value FROM sbtest_seen_rows") == 3
         assert stack.counts() == before
-        assert stack.scalar("SELECT count(*) FROM sb_deliveries") == deliveries_before
+        assert stack.scalar("SELECT count(*) FROM sb_stored_deliveries") == deliveries_before
         assert stack.events_of(hook) == []
         assert all(stack.todos_of(endpoint) == [] for endpoint in endpoints)
         # the server is fine: a delivery without the marker goes through meanwhile
