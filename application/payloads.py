@@ -41,12 +41,12 @@ class Shown:
     pruned: Pruned | None = None
 
 
-def pruned_note(pruned: Pruned | None) -> dict[str, Any] | None:
+def pruned_note(pruned: Pruned | None, noun: str = "payload") -> dict[str, Any] | None:
     """`{pruned_at, sha256, size, text}` — text: `payload pruned at <time> (sha256 <hex>, <n> bytes)`."""
     if pruned is None:
         return None
     at = iso(pruned.at)
-    return {"pruned_at": at, "sha256": pruned.sha256, "size": pruned.size, "text": pruned.sentence(at)}
+    return {"pruned_at": at, "sha256": pruned.sha256, "size": pruned.size, "text": pruned.sentence(at, noun)}
 
 
 Slot = tuple[dict[str, Any] | None, str | None, bytes | None]
@@ -90,7 +90,7 @@ def full_todos(source: PayloadSource, todos: Sequence[Todo], fences: Sequence[st
         if payload.pruned is not None:
             one["payload_pruned"] = pruned_note(payload.pruned)
         if result.pruned is not None:
-            one["result_pruned"] = pruned_note(result.pruned)
+            one["result_pruned"] = pruned_note(result.pruned, "result")
         full.append(one)
     return full
 
@@ -147,6 +147,6 @@ def history_payloads(source: PayloadSource, events: Sequence[DomainEvent], *, pa
             one = next(shown)
             these[inline] = one.value
             if one.pruned is not None:
-                these[f"{inline}_pruned"] = pruned_note(one.pruned)
+                these[f"{inline}_pruned"] = pruned_note(one.pruned, inline)
         fields.append(these)
     return fields

@@ -47,6 +47,7 @@ AGGREGATE_NAMES = {
     "domain.operator": ("operator", OPERATOR_PREFIX),
     "domain.idempotency": ("idempotency_key", "ik_"),
     "domain.installation": ("installation", "in_"),
+    "domain.retention": ("retention", "rt_"),
 }
 
 

@@ -82,8 +82,8 @@ class Pruned:
     size: int
     at: datetime
 
-    def sentence(self, iso_at: str) -> str:
-        return f"payload pruned at {iso_at} (sha256 {self.sha256}, {self.size} bytes)"
+    def sentence(self, iso_at: str, noun: str = "payload") -> str:
+        return f"{noun} pruned at {iso_at} (sha256 {self.sha256}, {self.size} bytes)"
 
 
 # Which fields of which event name which bytes: (inline field, reference field, carried field).
@@ -124,4 +124,16 @@ def upcast(topic: str, data: dict[str, Any]) -> dict[str, Any]:
         data[inline] = None
         if topic == "TodoOpened":
             data.setdefault("payload_form", JSON)
+    return data
+
+
+def by_reference(topic: str, data: dict[str, Any]) -> dict[str, Any]:
+    """An old event's stored data with its inline payloads replaced by their references and
+    nothing else changed (what a prune writes back: the audit chain reads it as it read the
+    inline event)."""
+    for inline, reference, _ in PAYLOAD_FIELDS.get(topic, ()):
+        if data.get(reference) is None:
+            stored = inline_stored(topic, inline, data)
+            if stored is not None:
+                data[reference], data[inline] = stored[0], None
     return data

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from application.background import ProjectionWorker, TimerScheduler
+from application.retention import RetentionService
 from application.ports import Clock, SystemClock
 from domain.todo import MOVES_TIMER
 from application.service import Switchboard
@@ -44,6 +45,7 @@ class Container:
     app: Switchboard
     engine: JqRuleEngine
     webhooks: Webhooks
+    retention: RetentionService
 
     def close(self) -> None:
         self.engine.close()
@@ -60,7 +62,8 @@ def build(settings: Settings, *, clock: Clock | None = None) -> Container:
     app = Switchboard(store, views, clock, Argon2Hasher(), settings.base_url)
     engine = JqRuleEngine()  # worker processes start on first use
     webhooks = Webhooks(app, engine, DeferredSecretBox(settings.resolved_secret_key))
-    return Container(settings, clock, store, projector, views, app, engine, webhooks)
+    retention = RetentionService(store, views, clock)
+    return Container(settings, clock, store, projector, views, app, engine, webhooks, retention)
 
 
 @dataclass
@@ -95,6 +98,9 @@ class Background:
 
         c.store.subscribe(on_commit)
         self._spawn("scheduler", scheduler.run)
+        if c.settings.retention_days is not None:
+            days = c.settings.retention_days
+            self._spawn("retention", lambda stop: c.retention.run_daily(days, stop))
         return self
 
     def _spawn(self, name: str, run) -> None:

@@ -18,9 +18,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from domain.events import DomainEvent
-from domain.payloads import PAYLOAD_FIELDS, Pruned
+import msgspec
+
+from domain.payloads import PAYLOAD_FIELDS, Pruned, by_reference
+from domain.retention import PayloadsPruned
 from projections.base import Op, from_micros, micros
 
 TABLE = "sb_blobs"
@@ -32,23 +36,69 @@ READ_CHUNK = 500  # digests per SELECT
 DDL = {
     "sqlite": (
         f"CREATE TABLE IF NOT EXISTS {TABLE} (sha256 TEXT PRIMARY KEY, size BIGINT NOT NULL,"
-        " codec TEXT NOT NULL, data BLOB, created_at BIGINT NOT NULL, pruned_at BIGINT)",
+        " codec TEXT NOT NULL, data BLOB, named_at BIGINT NOT NULL, pruned_at BIGINT)",
     ),
     "postgres": (
         f"CREATE TABLE IF NOT EXISTS {TABLE} (sha256 TEXT PRIMARY KEY, size BIGINT NOT NULL,"
-        " codec TEXT NOT NULL, data BYTEA, created_at BIGINT NOT NULL, pruned_at BIGINT)",
+        " codec TEXT NOT NULL, data BYTEA, named_at BIGINT NOT NULL, pruned_at BIGINT)",
     ),
 }
 # One row once the payloads of events from before this store had a payload store were copied in.
 UPGRADE_DDL = "CREATE TABLE IF NOT EXISTS sb_payloads_upgraded (through_position BIGINT NOT NULL)"
 UPGRADE_PAGE = 500
 
-# A pruned row (data NULL) is filled again by new bytes with its digest; a present one is kept.
+# Each append that names bytes moves `named_at` (a prune spares what was named since its cutoff);
+# a pruned row (data NULL) is filled again by new bytes with its digest; present bytes are kept.
+# (SET expressions read the row as it was.)
 _UPSERT = (
-    f"INSERT INTO {TABLE} (sha256, size, codec, data, created_at) VALUES (%s, %s, %s, %s, %s)"
-    f" ON CONFLICT (sha256) DO UPDATE SET codec = excluded.codec, data = excluded.data, pruned_at = NULL"
-    f" WHERE {TABLE}.data IS NULL"
+    f"INSERT INTO {TABLE} (sha256, size, codec, data, named_at) VALUES (%s, %s, %s, %s, %s)"
+    f" ON CONFLICT (sha256) DO UPDATE SET named_at = excluded.named_at,"
+    f" codec = CASE WHEN {TABLE}.data IS NULL THEN excluded.codec ELSE {TABLE}.codec END,"
+    f" pruned_at = CASE WHEN {TABLE}.data IS NULL THEN NULL ELSE {TABLE}.pruned_at END,"
+    f" data = COALESCE({TABLE}.data, excluded.data)"
 )
+PRUNE_CHUNK = 500
+
+
+def prune_ops(digests: Sequence[str], now: datetime, cutoff: datetime) -> list[Op]:
+    """Empties the rows of these digests that nothing named since the cutoff (the tombstone stays)."""
+    ops: list[Op] = []
+    for start in range(0, len(digests), PRUNE_CHUNK):
+        chunk = list(digests[start:start + PRUNE_CHUNK])
+        ops.append((
+            f"UPDATE {TABLE} SET data = NULL, codec = 'raw', pruned_at = %s"
+            f" WHERE sha256 IN ({', '.join(['%s'] * len(chunk))}) AND data IS NOT NULL AND named_at < %s",
+            (micros(now), *chunk, micros(cutoff)),
+        ))
+    return ops
+
+
+def retention_ops(events: Sequence[DomainEvent], query, *, sqlite: bool) -> tuple[list[Op], set[Any]]:
+    """For each prune among the events: empty its rows, and write back the old events that hold
+    those payloads inline by reference (read now: such an event changes only by a prune).
+    Returns the ops and the ids of the aggregates whose stored events change."""
+    ops: list[Op] = []
+    changed: set[Any] = set()
+    for event in events:
+        if not isinstance(event, PayloadsPruned):
+            continue
+        ops += prune_ops(event.digests, event.timestamp, event.cutoff)
+        keys = [key.split(":") for key in event.rewrites]
+        for start in range(0, len(keys), PRUNE_CHUNK):
+            chunk = keys[start:start + PRUNE_CHUNK]
+            # no longer inline: the payload_holders read model says what a rebuild would say
+            ops.append((f"DELETE FROM sb_inline_payloads WHERE event_key IN ({', '.join(['%s'] * len(chunk))})",
+                        tuple(event.rewrites[start:start + PRUNE_CHUNK])))
+            where = " OR ".join(["(originator_id = %s AND originator_version = %s)"] * len(chunk))
+            params = [v for hex_id, version in chunk for v in (hex_id if sqlite else UUID(hex=hex_id), int(version))]
+            for originator, version, topic, state in query(
+                f"SELECT originator_id, originator_version, topic, state FROM stored_events WHERE {where}", params
+            ):
+                data = by_reference(topic, msgspec.json.decode(bytes(state)))
+                ops.append(("UPDATE stored_events SET state = %s WHERE originator_id = %s AND originator_version = %s",
+                            (msgspec.json.encode(data), originator, version)))
+                changed.add(originator if isinstance(originator, UUID) else UUID(hex=originator))
+    return ops, changed
 
 
 def carried_blobs(events: Iterable[DomainEvent]) -> dict[str, bytes]:

@@ -20,6 +20,7 @@ from domain.idempotency import KEY_EVENTS
 from domain.installation import INSTALLATION_EVENTS
 from domain.operator import OPERATOR_EVENTS
 from domain.payloads import PAYLOAD_FIELDS, is_carried, upcast
+from domain.retention import RETENTION_EVENTS
 from domain.todo import TODO_EVENTS
 from domain.webhook import WEBHOOK_EVENTS
 
@@ -27,7 +28,7 @@ EVENT_TYPES: dict[str, type[DomainEvent]] = {
     cls.__name__: cls
     for cls in (*TODO_EVENTS, *ENDPOINT_EVENTS, *OPERATOR_EVENTS, *KEY_EVENTS, *WEBHOOK_EVENTS, *DELIVERY_EVENTS)
 }
-EVENT_TYPES.update((cls.__name__, cls) for cls in INSTALLATION_EVENTS)
+EVENT_TYPES.update((cls.__name__, cls) for cls in (*INSTALLATION_EVENTS, *RETENTION_EVENTS))
 _ENVELOPE = ("originator_id", "originator_version")
 
 

@@ -66,6 +66,17 @@ CACHE_SIZE = 50_000
 CACHEABLE = (Todo, IdempotencyKey)
 
 
+def _without_bytes(aggregate: Aggregate) -> Aggregate:
+    """What the cache keeps: the payload bytes an aggregate got from its own commands are left
+    out, so a later read asks the payload store (which knows when retention removed them, in
+    this process or any other) and the cache holds references, not megabytes."""
+    if getattr(aggregate, "payload_bytes", None) is None and getattr(aggregate, "result_bytes", None) is None:
+        return aggregate
+    slim = aggregate.clone()
+    slim.payload_bytes = slim.result_bytes = None
+    return slim
+
+
 class _Job:
     __slots__ = ("handler", "future", "hints")
 
@@ -532,14 +543,18 @@ class SqlEventStore:
         # the payloads the events name, in their transaction (docs/adr/0019)
         ops = blobs.ops_for(blobs.carried_blobs(events), events[0].timestamp,
                             compress=self.url.dialect == "sqlite")
+        pruning, rewritten = blobs.retention_ops(events, self.db.query, sqlite=self.url.dialect == "sqlite")
+        ops += pruning
         ops += [op for p in self.inline for e in events for op in p.ops(e, None)]
         ids = self.recorder.insert_events(
             stored, inline_ops=ops, inline_tracking=tuple(p.name for p in self.inline)
         )
         with self._cache_lock:
+            for aggregate_id in rewritten:  # their payloads were pruned: read them again
+                self._cache.pop(aggregate_id, None)
             for aggregate_id, aggregate in batch.aggregates.items():
                 if isinstance(aggregate, CACHEABLE):
-                    self._cache[aggregate_id] = aggregate
+                    self._cache[aggregate_id] = _without_bytes(aggregate)
                     self._cache.move_to_end(aggregate_id)
             while len(self._cache) > CACHE_SIZE:
                 self._cache.popitem(last=False)

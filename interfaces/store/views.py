@@ -210,6 +210,40 @@ class SqlViews:
             found.append((event_id, envelope_with_payload(env, unpack(codec, data), form)))
         return found
 
+    def prunable(self, cutoff: datetime) -> list[tuple[str, int, str]]:
+        """(digest, size, holder) of every stored payload that only work finished before the cutoff
+        names, and that nothing named since (docs/adr/0019)."""
+        at = micros(cutoff)
+        return [(r[0], int(r[1]), r[2]) for r in self.db.query(
+            f"SELECT r.sha256, b.size, r.holder FROM sb_payload_refs r JOIN {PAYLOADS} b ON b.sha256 = r.sha256"
+            " WHERE b.data IS NOT NULL AND b.named_at < %s AND r.sha256 IN ("
+            " SELECT a.sha256 FROM sb_payload_refs a LEFT JOIN sb_payload_holders h ON h.holder = a.holder"
+            " GROUP BY a.sha256"
+            " HAVING SUM(CASE WHEN h.finished_at IS NOT NULL AND h.finished_at < %s THEN 0 ELSE 1 END) = 0)",
+            (at, at),
+        )]
+
+    def inline_events(self, digests: Sequence[str]) -> list[str]:
+        """The old events (`<id hex>:<version>`) that still hold one of these payloads inline."""
+        found: list[str] = []
+        for start in range(0, len(digests), 500):
+            chunk = list(digests[start:start + 500])
+            found += [r[0] for r in self.db.query(
+                f"SELECT event_key FROM sb_inline_payloads WHERE sha256 IN ({', '.join(['%s'] * len(chunk))})", chunk)]
+        return sorted(set(found))
+
+    def payload_store_size(self) -> int:
+        """Bytes the payload store takes on disk (SQLite: the whole file, which VACUUM shrinks)."""
+        if self.db.dialect == "sqlite":
+            page_size = self.db.query("PRAGMA page_size")[0][0]
+            return int(self.db.query("PRAGMA page_count")[0][0]) * int(page_size)
+        return int(self.db.query(f"SELECT pg_total_relation_size('{PAYLOADS}')")[0][0])
+
+    def give_space_back(self) -> None:
+        """VACUUM after a prune: SQLite rewrites the file without the freed pages; PostgreSQL frees
+        the rows' space for reuse (and returns the table's empty tail to the system)."""
+        self.db.query("VACUUM" if self.db.dialect == "sqlite" else f"VACUUM {PAYLOADS}")
+
     def list_deliveries(self, *, webhook_id: str | None, endpoint_ids: Sequence[str] | None, limit: int,
                         before: int | None) -> tuple[list[dict[str, Any]], int | None]:
         """Delivery summaries newest first, and the cursor of the next page (or None)."""

@@ -4,6 +4,7 @@ store, the old deliveries table) reads, lists, replays and rebuilds the same aft
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from typing import Any
 
@@ -46,7 +47,8 @@ def to_the_format_before(tx) -> int:
         tx.execute("UPDATE stored_events SET state = %s WHERE originator_id = %s AND originator_version = %s",
                    (json.dumps(data).encode(), originator, version))
     for statement in ("DROP TABLE sb_blobs", "DROP TABLE sb_payloads_upgraded", "DROP TABLE sb_stored_deliveries",
-                      "DELETE FROM sb_tracking WHERE name = 'stored_deliveries'", OLD_DELIVERIES_DDL,
+                      "DROP TABLE sb_payload_refs", "DROP TABLE sb_payload_holders", "DROP TABLE sb_inline_payloads",
+                      "DELETE FROM sb_tracking WHERE name IN ('stored_deliveries', 'payload_holders')", OLD_DELIVERIES_DDL,
                       "INSERT INTO sb_tracking (name, position) VALUES ('deliveries', 0)"):
         tx.execute(statement)
     return len(rows)
@@ -95,3 +97,30 @@ def test_a_store_from_before_reads_and_rebuilds_the_same_after_the_upgrade(sb):
     # the old read model is gone; the payloads of the old events were copied into the payload store
     assert "deliveries" not in upgraded.projector.positions()
     assert upgraded.store.db.query("SELECT count(*) FROM sb_blobs")[0][0] >= 4
+
+
+def test_a_prune_rewrites_old_inline_events_by_reference_and_keeps_their_digests(sb):
+    endpoint = sb.app.vend(unique("old"), queues=["work"], caller=CLI)
+    todo = sb.app.push(endpoint["slug"], "old and done", caller=CLI, payload={"b": 2, "a": [1, "é"]})["todo"]
+    me = agent(endpoint)
+    sb.app.claim(todo["id"], caller=me)
+    sb.app.complete(todo["id"], caller=me, result={"ok": True})
+    with sb.container.store.db.transaction() as tx:
+        to_the_format_before(tx)
+    upgraded = sb.another_process()
+    stream = upgraded.app.history(todo["id"], caller=CLI)["events"]
+    assert stream[0]["data"]["payload"] == {"b": 2, "a": [1, "é"]}
+    sb.clock.advance(days=2)
+
+    pruned = upgraded.retention.prune("1d", caller=CLI)
+
+    assert (pruned["todos"], pruned["payloads"]) == (1, 2)
+    rows = upgraded.store.db.query("SELECT topic, state FROM stored_events WHERE topic IN ('TodoOpened', 'TodoCompleted')")
+    states = {topic: json.loads(bytes(state)) for topic, state in rows}
+    assert states["TodoOpened"]["payload"] is None and states["TodoCompleted"]["result"] is None
+    assert states["TodoOpened"]["payload_ref"] == {  # the digest the audit chain gave the inline value
+        "sha256": hashlib.sha256('{"a":[1,"é"],"b":2}'.encode()).hexdigest(), "size": len('{"a":[1,"é"],"b":2}'.encode())}
+    assert "payload_form" not in states["TodoOpened"]  # nothing else of the stored event changes
+    shown = upgraded.app.get_todo(todo["id"], caller=CLI)
+    assert shown["payload"] is None and shown["payload_pruned"]["sha256"] == states["TodoOpened"]["payload_ref"]["sha256"]
+    assert upgraded.projector.verify() == []
