@@ -1,4 +1,4 @@
-"""Reading the payloads events name by reference (docs/adr/0019-payloads-stored-once.md).
+"""Reading the payloads events name by reference (docs/adr/0022-payloads-stored-once.md).
 
 An aggregate knows its payload's reference and, when it was written or upcast in this process,
 its bytes; otherwise the bytes are read from the payload store, several in one round trip. A

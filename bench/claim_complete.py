@@ -190,8 +190,8 @@ def drain(container: Container, slug: str, workers: int, profile_dir: str | None
 
 def profile_writer(container: Container, profile_dir: str) -> None:
     """Wraps the store's writer loop (before it starts) in a cProfile profiler."""
-    store = container.store
-    original = store._write_loop
+    writer = container.store.writer
+    original = writer._loop
 
     def profiled() -> None:
         profiler = cProfile.Profile()
@@ -202,7 +202,7 @@ def profile_writer(container: Container, profile_dir: str) -> None:
             profiler.disable()
             profiler.dump_stats(os.path.join(profile_dir, "writer.prof"))
 
-    store._write_loop = profiled  # type: ignore[method-assign]
+    writer._loop = profiled  # type: ignore[method-assign]
 
 
 def switchboard_round(url: str, todos: int, workers: int, data_dir: str, *, profile_dir: str | None = None,
@@ -216,19 +216,19 @@ def switchboard_round(url: str, todos: int, workers: int, data_dir: str, *, prof
                 conn.execute("CHECKPOINT")  # same as before the raw drain
         if profile_dir:
             # the writer thread already runs; restart it under the profiler
-            store = container.store
-            store._jobs.put(None)
-            store._writer.join()
-            store._writer = None
+            writer = container.store.writer
+            writer.jobs.put(None)
+            writer._thread.join()
+            writer._thread = None
             profile_writer(container, profile_dir)
         seconds, done, errors = drain(container, slug, workers, profile_dir, batch=batch)
         events = container.store.max_position()
         if profile_dir:
-            store = container.store
-            store._jobs.put(None)
-            store._writer.join()
-            store._writer = None
-            del store._write_loop  # back to the unprofiled loop
+            writer = container.store.writer
+            writer.jobs.put(None)
+            writer._thread.join()
+            writer._thread = None
+            del writer._loop  # back to the unprofiled loop
         result = {
             "rate": done / seconds if seconds else 0.0, "seconds": seconds, "done": done,
             "errors": errors, "push_rate": todos / push_seconds, "events": events,

@@ -703,7 +703,7 @@ def library_of(path: str) -> str:
 
 
 def role_of(name: str, frames: list[str]) -> str:
-    if name == "switchboard-writer" or "SqlEventStore._write_loop" in frames:
+    if name == "switchboard-writer" or "Writer._loop" in frames:
         return "writer"
     if name.startswith("switchboard-ingest") or name == "AnyIO worker thread" or "WorkerThread.run" in frames:
         return "ingest workers (threads)"
@@ -726,7 +726,7 @@ def state_of(frames: list[str]) -> str:
         return "wait: PostgreSQL round trip"
     if "Future.result" in frames and "SqlEventStore.run" in frames:
         return "wait: writer (store.run)"
-    if leaf == "SqlEventStore._write_loop":  # SimpleQueue.get is C code: the writer waits for jobs
+    if leaf == "Writer._loop":  # SimpleQueue.get is C code: the writer waits for jobs
         return "idle / blocked"
     if leaf in ("Condition.wait", "Event.wait", "_wait_for_tstate_lock", "Queue.get", "SimpleQueue.get",
                 "_worker", "Runner.run", "select", "EpollSelector.select", "sleep"):
@@ -737,29 +737,29 @@ def state_of(frames: list[str]) -> str:
 # Ordered: the first stage whose frames all occur in the stack names the sample.
 STAGES = {
     "ingest workers (threads)": [
-        ("store.run: waiting for the writer's batch", ("Webhooks.ingest", "SqlEventStore.run")),
-        ("resolve: token -> sb_credentials query", ("Webhooks.resolve", "SqlViews.subject_of_credential")),
-        ("resolve: one read (webhook, endpoints, keys)", ("Webhooks.resolve", "SqlEventStore.load_many")),
-        ("resolve: other", ("Webhooks.resolve",)),
-        ("ingest: read what a stale guess missed", ("Webhooks.ingest", "SqlEventStore.load_many")),
-        ("rule engine evaluate (IPC)", ("Webhooks.ingest", "JqRuleEngine.evaluate")),
-        ("AES-GCM secret decrypt", ("Webhooks.ingest", "AesGcmSecretBox.decrypt")),
-        ("signature verify", ("Webhooks.ingest", "verify_signature")),
-        ("parse_payload (json.loads)", ("Webhooks.ingest", "parse_payload")),
-        ("_rule_set_of", ("Webhooks.ingest", "_rule_set_of")),
-        ("envelope / redact / title", ("Webhooks.ingest", "envelope")),
-        ("envelope / redact / title", ("Webhooks.ingest", "redact_headers")),
-        ("envelope / redact / title", ("Webhooks.ingest", "derive_title")),
-        ("ingest: other", ("Webhooks.ingest",)),
+        ("store.run: waiting for the writer's batch", ("Ingest.ingest", "SqlEventStore.run")),
+        ("resolve: token -> sb_credentials query", ("Ingest.resolve", "SqlViews.subject_of_credential")),
+        ("resolve: one read (webhook, endpoints, keys)", ("Ingest.resolve", "SqlEventStore.load_many")),
+        ("resolve: other", ("Ingest.resolve",)),
+        ("ingest: read what a stale guess missed", ("Ingest.ingest", "SqlEventStore.load_many")),
+        ("rule engine evaluate (IPC)", ("Ingest.ingest", "JqRuleEngine.evaluate")),
+        ("AES-GCM secret decrypt", ("Ingest.ingest", "AesGcmSecretBox.decrypt")),
+        ("signature verify", ("Ingest.ingest", "verify_signature")),
+        ("parse_payload (json.loads)", ("Ingest.ingest", "parse_payload")),
+        ("rule_set_of", ("Ingest.ingest", "rule_set_of")),
+        ("envelope / redact / title", ("Ingest.ingest", "envelope")),
+        ("envelope / redact / title", ("Ingest.ingest", "redact_headers")),
+        ("envelope / redact / title", ("Ingest.ingest", "derive_title")),
+        ("ingest: other", ("Ingest.ingest",)),
         ("idle pool thread", ()),
     ],
     "writer": [
-        ("commit: insert_events + inline projections (1 txn/batch)", ("SqlEventStore._commit",)),
-        ("handler: load IdempotencyKey (miss -> query)", ("Webhooks._open_for", "_Unit.get")),
-        ("handler: load target Endpoint (not cached)", ("Webhooks.ingest.<locals>.handler", "_Unit.get")),
-        ("handler: Todo.open / Delivery.accept (domain)", ("Webhooks.ingest.<locals>.handler",)),
-        ("announce to listeners", ("SqlEventStore._announce",)),
-        ("waiting for jobs / linger", ("SqlEventStore._write_loop",)),
+        ("commit: insert_events + inline projections (1 txn/batch)", ("Writer._commit",)),
+        ("handler: load IdempotencyKey (miss -> query)", ("open_or_reuse", "Unit.get")),
+        ("handler: load target Endpoint (not cached)", ("Ingest.ingest.<locals>.handler", "Unit.get")),
+        ("handler: Todo.open / Delivery.accept (domain)", ("Ingest.ingest.<locals>.handler",)),
+        ("announce to listeners", ("Writer._announce",)),
+        ("waiting for jobs / linger", ("Writer._loop",)),
         ("other", ()),
     ],
     "background: projections": [

@@ -35,7 +35,7 @@ class DeliveryAccepted(DomainEvent):
     disposition: str
     routing: dict[str, Any]
     todos: list[dict[str, Any]]
-    # Before payloads were stored once (docs/adr/0019) the body was inline: `body` (text) and
+    # Before payloads were stored once (docs/adr/0022) the body was inline: `body` (text) and
     # `body_encoding` ("utf-8" or "base64"). Now `body_ref` names its bytes and `payload_form`
     # says how its payload is read from them (domain/payloads.py).
     body: str | None = None

@@ -1,7 +1,7 @@
 """Payloads stored once: content-addressed by SHA-256, named in events by reference.
 
 A delivery's body, a todo's payload and a todo's result live once each, as bytes, keyed by a
-SHA-256 (docs/adr/0019-payloads-stored-once.md): of a body's exact bytes; of a JSON value's
+SHA-256 (docs/adr/0022-payloads-stored-once.md): of a body's exact bytes; of a JSON value's
 canonical JSON (keys sorted), while its bytes keep the keys' order. An event names them with the
 reference `{"sha256": "<hex>", "size": <n>}` in a field of its own (`body_ref`, `payload_ref`,
 `result_ref`); the delivery and every todo it opens name the same bytes, so they share one copy.

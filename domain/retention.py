@@ -3,7 +3,7 @@
 A prune removes the bytes of delivery bodies, todo payloads and results that only finished work
 still names (a done or dead-lettered todo, a dropped delivery, a delivery whose todos are all
 finished) and that nothing has named since the cutoff. The events keep their `{sha256, size}`
-references, so the audit chain still verifies (docs/adr/0019-payloads-stored-once.md). Each
+references, so the audit chain still verifies (docs/adr/0022-payloads-stored-once.md). Each
 prune is one `PayloadsPruned` event on the store's one retention stream, with its range and
 counts; the digests it removed travel with it to the store (carried), which empties those rows
 in the same transaction.

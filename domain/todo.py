@@ -120,7 +120,7 @@ class TodoOpened(DomainEvent):
     idempotency_key: str | None = None
     routing: dict[str, Any] | None = None
     delivery_id: str | None = None
-    # `payload` inline before payloads were stored once (docs/adr/0019); now `payload_ref` names
+    # `payload` inline before payloads were stored once (docs/adr/0022); now `payload_ref` names
     # the bytes (for a delivery's todo: its delivery's body) and `payload_form` how to read them.
     payload: Any = None
     payload_ref: dict[str, Any] | None = None
@@ -145,7 +145,7 @@ class LeaseRenewed(DomainEvent):
 
 @dataclass(frozen=True, kw_only=True)
 class TodoCompleted(DomainEvent):
-    result: Any = None  # inline before docs/adr/0019; now by reference
+    result: Any = None  # inline before docs/adr/0022; now by reference
     summary: str | None = None
     result_ref: dict[str, Any] | None = None
     result_bytes: bytes | None = carried()
@@ -153,7 +153,7 @@ class TodoCompleted(DomainEvent):
 
 @dataclass(frozen=True, kw_only=True)
 class TodoFailed(DomainEvent):
-    result: Any = None  # inline before docs/adr/0019; now by reference
+    result: Any = None  # inline before docs/adr/0022; now by reference
     summary: str | None = None
     next_retry_at: datetime | None = None
     dead_letter: bool = False

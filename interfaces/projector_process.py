@@ -7,17 +7,25 @@ after each local commit (a wake-up, like the in-process worker's event); the wor
 least once a second for what other processes committed. End of stdin — `serve` stopping, or
 dying even by SIGKILL — ends this process. Tracking rows are locked while a page is applied, so
 this process, other servers and readers catching up for themselves never apply an event twice.
+
+`ProjectorProcess` is `serve`'s side: it starts this module, wakes it, and restarts it should it
+die (its supervisor thread lives and stops with it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import subprocess
 import sys
 import threading
+import time
 
 from application.background import ProjectionWorker
 from application.errors import ConfigurationError, StoreUnavailable, first_line
 from application.ports import SystemClock
+from interfaces.logs import configure_logging
 from interfaces.settings import Settings
 from interfaces.store.database import DatabaseUrl
 from interfaces.store.eventstore import SqlEventStore
@@ -70,7 +78,7 @@ def _open_store(settings: Settings, stop: threading.Event) -> SqlEventStore | No
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     try:
         settings = Settings.from_env()
         DatabaseUrl.parse(settings.database_url)
@@ -89,6 +97,83 @@ def main() -> int:
     finally:
         store.close()
     return 0
+
+
+class ProjectorProcess:
+    """`serve`'s handle on this module's process, and its supervisor.
+
+    Woken by a byte on its stdin per local commit (never blocking this side: a full pipe already
+    means a wake-up is pending); restarted if it dies; its stdin closed, it exits.
+    """
+
+    RESTART_DELAY = 1.0
+    MAX_RESTART_DELAY = 60.0
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.proc: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._supervisor: threading.Thread | None = None
+
+    def start(self) -> ProjectorProcess:
+        """Starts the child and the thread that restarts it should it die."""
+        self._spawn()
+        self._supervisor = threading.Thread(target=self._supervise, args=(self._stop,),
+                                            name="switchboard-projector", daemon=True)
+        self._supervisor.start()
+        return self
+
+    def _spawn(self) -> None:
+        env = dict(os.environ, SWITCHBOARD_DATABASE_URL=self.settings.database_url,
+                   SWITCHBOARD_DATA_DIR=self.settings.data_dir)
+        proc = subprocess.Popen([sys.executable, "-m", "interfaces.projector_process"], stdin=subprocess.PIPE, env=env)
+        os.set_blocking(proc.stdin.fileno(), False)
+        with self._lock:
+            self.proc = proc
+
+    def wake(self) -> None:
+        with self._lock:
+            proc = self.proc
+        if proc is None or proc.stdin is None:
+            return
+        try:
+            os.write(proc.stdin.fileno(), b".")
+        except (BlockingIOError, BrokenPipeError, OSError, ValueError):
+            pass  # a full pipe: it will wake anyway; a dead child: `_supervise` restarts it
+
+    def _supervise(self, stop: threading.Event) -> None:
+        """Restarts a child that died, waiting longer after each quick death (a child that keeps
+        failing costs a line per restart at most every MAX_RESTART_DELAY seconds, not a loop)."""
+        delay, started = self.RESTART_DELAY, time.monotonic()
+        while not stop.wait(self.RESTART_DELAY):
+            with self._lock:
+                proc = self.proc
+            if proc is not None and proc.poll() is not None:
+                lived = time.monotonic() - started
+                delay = self.RESTART_DELAY if lived > self.MAX_RESTART_DELAY else min(delay * 2, self.MAX_RESTART_DELAY)
+                log.warning("projector process exited with %s; starting another in %.0f s", proc.returncode, delay)
+                if stop.wait(delay):
+                    return
+                self._spawn()
+                started = time.monotonic()
+
+    def close(self) -> None:
+        """Stops the supervisor, then ends the child (closing its stdin; killed after 5 s)."""
+        self._stop.set()
+        if self._supervisor is not None:
+            self._supervisor.join(timeout=5)
+        with self._lock:
+            proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Stored deliveries: what `events list/show`, rule dry runs and replays read.
 
 Each row keeps the rule envelope as JSON text with `"payload":null` (always its last key) and
-the digest and form of the body (docs/adr/0019): a replay splices the body from the payload
+the digest and form of the body (docs/adr/0022): a replay splices the body from the payload
 store into the envelope and feeds it to jq without decoding events; the body is stored once.
 """
 

@@ -6,7 +6,7 @@ stays while any of its todos is live). `sb_payload_holders` says when each holde
 a delivery when it was received (a delivery is never live itself), a todo when it became done
 or a dead letter (NULL while it is live; an operator's retry makes it live again).
 `sb_inline_payloads` lists the events from before payloads were stored once that still hold
-their payload inline (docs/adr/0019), which a prune must rewrite to give the space back.
+their payload inline (docs/adr/0022), which a prune must rewrite to give the space back.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.exceptions import HTTPException
+from litestar.logging import LoggingConfig
 from litestar.response import Redirect
 from litestar.static_files import create_static_files_router
 
@@ -28,6 +29,7 @@ from interfaces.http.hygiene import request_guard
 from interfaces.http.ingest import ingest_route
 from interfaces.http.ratelimit import TokenBuckets
 from interfaces.http.metrics import metrics_route
+from interfaces.logs import LOG_FORMAT
 from interfaces.mcp import McpGateway, Services, mcp_route
 from interfaces.mcp.doorbell import Doorbell
 from interfaces.store.rings import SqlRings
@@ -54,6 +56,13 @@ def openapi_config() -> OpenAPIConfig:
             ),
         }),
     )
+
+
+def litestar_logging() -> LoggingConfig:
+    """Litestar's own `litestar` logger in the one LOG_FORMAT; the root logger is left to the process
+    (`interfaces.logs.configure_logging`): Litestar's default replaces the root's handlers with its
+    own format at INFO, so `serve` printed two formats (its lines and the projector child's)."""
+    return LoggingConfig(configure_root_logger=False, formatters={"standard": {"format": LOG_FORMAT}})
 
 
 # Deliveries in flight at once in one process (each holds a thread: verify and route, then wait
@@ -112,7 +121,7 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
     app = Litestar(
         route_handlers=route_handlers,
         exception_handlers={**EXCEPTION_HANDLERS, HTTPException: http_error, BoardRedirect: to_login},
-        openapi_config=openapi_config(), on_startup=list(on_startup),
+        openapi_config=openapi_config(), logging_config=litestar_logging(), on_startup=list(on_startup),
         on_shutdown=[lambda: ingest_threads.shutdown(wait=True, cancel_futures=True)],
         lifespan=[mcp.lifespan],  # the MCP session manager runs once, for the app's lifetime
         before_send=[add_security_headers],

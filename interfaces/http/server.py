@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import socket
@@ -17,6 +16,7 @@ import uvicorn
 from application.errors import ConfigurationError, StoreUnavailable
 from application.service import Caller
 from interfaces.bootstrap import Background, build
+from interfaces.logs import configure_logging
 from interfaces.settings import Settings, write_new_private
 from interfaces.store.database import DatabaseUrl
 
@@ -160,7 +160,7 @@ def serve(settings: Settings) -> int:
             print(f"switchboard serving on http://{settings.host}:{settings.port}  board: {settings.base_url}/", flush=True)
 
         app = create_app(container, on_startup=[announce])
-        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        configure_logging()
         config = uvicorn_config(app, settings)
         def stopping() -> None:  # end MCP sessions and board streams, so open connections close at once
             app.state.mcp.stopping()

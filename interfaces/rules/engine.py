@@ -25,7 +25,6 @@ import os
 import queue
 import select
 import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -37,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from domain.routing import Faulted, Matched, NoMatch, Outcome, RuleError, RuleSet, rule_label, without_comments
+from interfaces.rules import protocol
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +63,6 @@ KNOWN_SETS = 96  # rule sets the parent assumes a worker still holds (the worker
 # envelope takes ~130-400 ms to parse here, measured; a 1 MiB one ~30 ms).
 LARGE_ENVELOPE_BYTES = 1 << 20
 
-_PROGRESS = struct.Struct("<qqqqqdd")
-_FRAME = struct.Struct("!II")
-_IDLE, _COMPILE, _EVAL = 0, 1, 2
 NO_WORKER = "error: no rule worker available"
 CRASHED = "error: rule worker crashed"
 
@@ -123,18 +120,17 @@ class _Worker:
 
     def snapshot(self) -> _Snapshot:
         """What the worker last said it was doing (possibly a torn record: see `read_frame`)."""
-        return _Snapshot(*_PROGRESS.unpack_from(self.progress, 0))
+        return _Snapshot(*protocol.PROGRESS.unpack_from(self.progress, 0))
 
     def call(self, header: dict, blobs: Sequence[bytes], *, rule_budget: float, delivery_budget: float,
              compile_budget: float = 0.0) -> dict:
         """Sends one request and returns the reply; kills the worker past the deadline."""
         self.req += 1
         header = {**header, "req": self.req, "lens": [len(b) for b in blobs]}
-        body = json.dumps(header, separators=(",", ":")).encode()
         blob = b"".join(blobs)
         sent_at = time.monotonic()
         try:
-            self._write(_FRAME.pack(len(body), len(blob)) + body)
+            self._write(protocol.frame_head(header, len(blob)))
             if blob:
                 self._write(blob)
         except OSError:
@@ -153,7 +149,7 @@ class _Worker:
         def deadline() -> tuple[float, _Snapshot | None]:
             snapshot = self.snapshot()
             at = self._deadline(snapshot, sent_at, rule_budget, delivery_budget, compile_budget)
-            if snapshot.req != self.req or snapshot.phase != _EVAL:
+            if snapshot.req != self.req or snapshot.phase != protocol.EVAL:
                 # not evaluating yet: its first rule's deadline will be sooner than this one
                 at = min(at, time.monotonic() + slice_)
             return at, self._ours(snapshot)
@@ -169,17 +165,14 @@ class _Worker:
         `_WorkerLost` with what it was doing."""
         buffer = bytearray()
         while True:
-            if len(buffer) >= _FRAME.size:
-                header_size, blob_size = _FRAME.unpack_from(buffer)
-                if len(buffer) >= _FRAME.size + header_size + blob_size:
-                    try:
-                        reply = json.loads(bytes(buffer[_FRAME.size:_FRAME.size + header_size]))
-                    except ValueError:
-                        reply = None
-                    if not isinstance(reply, dict):
-                        self.kill()
-                        raise _WorkerLost(CRASHED, None)
-                    return reply
+            size = protocol.frame_size(buffer)
+            if size is not None and len(buffer) >= size:
+                header_size, _ = protocol.FRAME.unpack_from(buffer)
+                try:
+                    return protocol.parse_header(bytes(buffer[protocol.FRAME.size:protocol.FRAME.size + header_size]))
+                except ValueError:
+                    self.kill()
+                    raise _WorkerLost(CRASHED, None) from None
             at, snapshot = deadline()
             wait = at - time.monotonic()
             if wait <= 0:
@@ -204,9 +197,9 @@ class _Worker:
                   delivery_budget: float, compile_budget: float) -> float:
         if snapshot.req != self.req:
             return sent_at + IDLE_BUDGET  # still reading the request
-        if snapshot.phase == _COMPILE:
+        if snapshot.phase == protocol.COMPILE:
             return snapshot.t_rule + compile_budget
-        if snapshot.phase == _EVAL:
+        if snapshot.phase == protocol.EVAL:
             deadline = snapshot.t_delivery + delivery_budget
             if snapshot.rule >= 0:
                 deadline = min(deadline, snapshot.t_rule + rule_budget)
@@ -331,7 +324,7 @@ class JqRuleEngine:
                 raise RuntimeError(NO_WORKER) from None
             healthy = False
             try:
-                reply = worker.call({"op": "compile", "set": spec.spec}, (), rule_budget=self.rule_budget,
+                reply = worker.call(protocol.compile_request(spec.spec), (), rule_budget=self.rule_budget,
                                     delivery_budget=self.delivery_budget, compile_budget=CHECK_COMPILE_BUDGET)
                 healthy = True
             except _WorkerLost as lost:
@@ -395,14 +388,14 @@ class JqRuleEngine:
     def _evaluate(self, specs: list[_SetSpec], texts: list[bytes]) -> list[list[Outcome]]:
         """Outcomes of each set on each text; survives kills by resending what was lost."""
         results: list[list[Outcome | None]] = [[None] * len(specs) for _ in texts]
-        todo = [(index, "P") for index in range(len(texts))]
+        todo = [(index, protocol.MODE_BOTH) for index in range(len(texts))]
         idle_losses = 0
         while todo:
             try:
                 worker = self._checkout()
             except _NoWorker:
                 for index, mode in todo:
-                    for set_index in _sets_of(mode, len(specs)):
+                    for set_index in protocol.sets_of(mode, len(specs)):
                         results[index][set_index] = Faulted(None, NO_WORKER)
                 break
             healthy = False
@@ -416,7 +409,7 @@ class JqRuleEngine:
             finally:
                 self._checkin(worker, healthy)
             for (index, mode), outcomes in zip(todo, decoded):
-                for set_index in _sets_of(mode, len(specs)):
+                for set_index in protocol.sets_of(mode, len(specs)):
                     results[index][set_index] = outcomes[set_index]
             todo = []
         return [[self._sized(outcome, len(text)) for outcome in row] for row, text in zip(results, texts)]
@@ -432,12 +425,12 @@ class JqRuleEngine:
     def _call_eval(self, worker: _Worker, specs: list[_SetSpec], blobs: list[bytes], modes: str) -> dict:
         budgets = [self.rule_budget, self.delivery_budget]
         sets = [spec.spec if spec.key not in worker.known else {"key": spec.key} for spec in specs]
-        reply = worker.call({"op": "eval", "sets": sets, "modes": modes, "budgets": budgets}, blobs,
+        reply = worker.call(protocol.eval_request(sets, modes, budgets), blobs,
                             rule_budget=self.rule_budget, delivery_budget=self.delivery_budget)
         if reply.get("need"):
             worker.known.clear()
-            reply = worker.call({"op": "eval", "sets": [s.spec for s in specs], "modes": modes, "budgets": budgets},
-                                blobs, rule_budget=self.rule_budget, delivery_budget=self.delivery_budget)
+            reply = worker.call(protocol.eval_request([s.spec for s in specs], modes, budgets), blobs,
+                                rule_budget=self.rule_budget, delivery_budget=self.delivery_budget)
         for spec in specs:
             self._remember(worker, spec.key)
         return reply
@@ -448,22 +441,22 @@ class JqRuleEngine:
         """Records the fault of the item the worker was on; what it finished before is sent again."""
         snapshot = lost.snapshot
         set_count = len(specs)
-        if snapshot is not None and snapshot.phase == _EVAL and 0 <= snapshot.item < len(todo):
+        if snapshot is not None and snapshot.phase == protocol.EVAL and 0 <= snapshot.item < len(todo):
             index, mode = todo[snapshot.item]
             if snapshot.rule < 0:  # parsing the input: every set it was running is blamed
-                for set_index in _sets_of(mode, set_count):
+                for set_index in protocol.sets_of(mode, set_count):
                     results[index][set_index] = Faulted(None, lost.reason) if specs[set_index].size else NoMatch()
                 rest = ""
             else:
                 results[index][snapshot.set_index] = Faulted(snapshot.rule, lost.reason)
                 # the other set of a pair still needs its outcome, from a run of its own
-                rest = "AB"[1 - snapshot.set_index] if mode == "P" and set_count > 1 else ""
+                rest = protocol.SET_MODES[1 - snapshot.set_index] if mode == protocol.MODE_BOTH and set_count > 1 else ""
             again = [(index, rest)] if rest else []
             return todo[:snapshot.item] + again + todo[snapshot.item + 1:], idle_losses
         if idle_losses < 1:
             return todo, idle_losses + 1  # lost between steps (or before starting): try once more
         for index, mode in todo:
-            for set_index in _sets_of(mode, set_count):
+            for set_index in protocol.sets_of(mode, set_count):
                 results[index][set_index] = Faulted(None, lost.reason)
         return [], idle_losses
 
@@ -585,8 +578,8 @@ class JqRuleEngine:
         request_read, request_write = os.pipe()
         response_read, response_write = os.pipe()
         try:
-            os.ftruncate(progress_fd, 64)
-            progress = mmap.mmap(progress_fd, 64)
+            os.ftruncate(progress_fd, protocol.PROGRESS_SIZE)
+            progress = mmap.mmap(progress_fd, protocol.PROGRESS_SIZE)
             proc = subprocess.Popen(
                 [sys.executable, "-I", str(WORKER_SCRIPT), str(progress_fd), str(request_read),
                  str(response_write), str(os.getpid())],
@@ -618,11 +611,6 @@ def _as_bytes(text: str | bytes) -> bytes:
     return text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
 
 
-def _sets_of(mode: str, set_count: int) -> list[int]:
-    """Which rule sets an item's mode asks for: P(air) all of them, A the first, B the second."""
-    return list(range(set_count)) if mode == "P" else ["AB".index(mode)]
-
-
 def _decode_results(reply: dict, todo: list[tuple[int, str]], set_count: int,
                     worker: _Worker) -> list[list[Outcome | None]]:
     """The outcomes in a worker's reply; a reply that does not make sense counts as a crash."""
@@ -633,7 +621,7 @@ def _decode_results(reply: dict, todo: list[tuple[int, str]], set_count: int,
         decoded = []
         for (_, mode), row in zip(todo, rows):
             outcomes: list[Outcome | None] = [None] * set_count
-            for set_index in _sets_of(mode, set_count):
+            for set_index in protocol.sets_of(mode, set_count):
                 outcomes[set_index] = _outcome(row[set_index])
             decoded.append(outcomes)
         return decoded
@@ -645,10 +633,10 @@ def _decode_results(reply: dict, todo: list[tuple[int, str]], set_count: int,
 
 def _outcome(raw: list) -> Outcome:
     match raw:
-        case ["m", int(index)]:
+        case [protocol.MATCHED, int(index)]:
             return Matched(index)
-        case ["n"]:
+        case [protocol.NO_MATCH]:
             return NoMatch()
-        case ["f", int() | None as index, str(reason)]:
+        case [protocol.FAULTED, int() | None as index, str(reason)]:
             return Faulted(index, reason)
     raise ValueError(f"unexpected outcome from a rule worker: {raw!r}")

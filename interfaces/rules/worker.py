@@ -1,7 +1,8 @@
 """A rule worker process: compiles and runs jq routing rules for `JqRuleEngine`.
 
 Started by the engine as ``python -I worker.py PROGRESS_FD REQUEST_FD RESPONSE_FD PARENT_PID``
-with a minimal environment. It imports only the standard library and jq, never the project.
+with a minimal environment. It imports only the standard library, jq and the wire protocol
+(protocol.py, loaded by its path), never the application.
 
 Why a process: libjq holds the GIL and cannot be interrupted, so a slow rule can only be cut
 by killing the process that runs it. The parent cannot see inside jq, so before each step
@@ -20,24 +21,38 @@ one rule, so per-rule budgets, first-match-wins, and the index of a rule that ra
 A second rule set (replay's `compare_with`) follows in the same program with its own
 ``$params``, so one parse serves both.
 
-Frames, both ways: ``!II`` (header length, blob length), a JSON header, then the blobs.
+The frames and messages it reads and writes are defined in protocol.py, shared with the engine.
 """
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import resource
-import struct
 import sys
 import time
 from collections import OrderedDict
 
-PROGRESS = struct.Struct("<qqqqqdd")  # req, phase, item, set, rule, t_rule, t_delivery
-PROGRESS_SIZE = 64
-IDLE, COMPILE, EVAL = 0, 1, 2
-FRAME = struct.Struct("!II")
+
+def _load_protocol():
+    """protocol.py, this file's sibling: from the package when imported as part of it, else by
+    its path (``python -I`` puts no project directory on the path)."""
+    if __package__:
+        from interfaces.rules import protocol
+
+        return protocol
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "switchboard_rules_protocol", os.path.join(os.path.dirname(os.path.abspath(__file__)), "protocol.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+protocol = _load_protocol()
+PROGRESS, PROGRESS_SIZE = protocol.PROGRESS, protocol.PROGRESS_SIZE
+IDLE, COMPILE, EVAL = protocol.IDLE, protocol.COMPILE, protocol.EVAL
 CACHE_SETS = 128
 CACHE_PROGRAMS = 128
 MEMORY_LIMIT = 1 << 30
@@ -120,15 +135,15 @@ class Worker:
     def handle(self, header: dict, blob: bytes) -> dict:
         op = header["op"]
         if op == "compile":
-            return {"errors": self.check(self.rule_set(header["set"]))}
+            return protocol.compile_reply(self.check(self.rule_set(header["set"])))
         if op == "eval":
             try:
                 sets = [self.rule_set(spec) for spec in header["sets"]]
             except NeedDefinitions:
-                return {"need": True}
-            return {"results": self.evaluate(sets, header, blob)}
+                return protocol.need_reply()
+            return protocol.eval_reply(self.evaluate(sets, header, blob))
         if op == "ping":
-            return {"pong": True}
+            return protocol.pong_reply()
         raise ValueError(f"unknown op {op!r}")
 
     def rule_set(self, spec: dict) -> RuleSetDef:
@@ -211,7 +226,7 @@ class Worker:
         for item, (length, mode) in enumerate(zip(header["lens"], header["modes"])):
             text = blob[offset:offset + length].decode("utf-8", "replace")
             offset += length
-            wanted = [i for i in range(len(sets)) if mode == "P" or mode == "AB"[i]]
+            wanted = [i for i in range(len(sets)) if mode == protocol.MODE_BOTH or mode == protocol.SET_MODES[i]]
             outcomes: list = [None] * len(sets)
             while wanted:
                 done = self.run(item, text, sets, wanted, rule_budget, delivery_budget)
@@ -231,7 +246,7 @@ class Worker:
             if sets[set_index].exprs:
                 live.append(set_index)
             else:
-                done[set_index] = ["n"]
+                done[set_index] = protocol.no_match()
         if not live:
             return done
         compiled = self.program([sets[i] for i in live])
@@ -239,7 +254,7 @@ class Worker:
             culprit, index, message = compiled
             for position, set_index in enumerate(live):
                 blamed = index if position == culprit else None
-                done[set_index] = ["f", blamed, "error: does not compile: " + message]
+                done[set_index] = protocol.faulted(blamed, "error: does not compile: " + message)
             return done
         mark = self.progress.mark
         t_delivery = monotonic()
@@ -249,36 +264,36 @@ class Worker:
             next(results)
         except ValueError as error:
             for set_index in live:
-                done[set_index] = ["f", None, "error: " + clean_message(error)]
+                done[set_index] = protocol.faulted(None, "error: " + clean_message(error))
             return done
         if monotonic() - t_delivery > delivery_budget:
             for set_index in live:
-                done[set_index] = ["f", None, "timeout"]
+                done[set_index] = protocol.faulted(None, "timeout")
             return done
         for position, set_index in enumerate(live):
             if position:
                 t_delivery = monotonic()
-            outcome: list = ["n"]
+            outcome: list = protocol.no_match()
             for rule in range(len(sets[set_index].exprs)):
                 t_rule = monotonic()
                 mark(EVAL, item, set_index, rule, t_rule, t_delivery)
                 try:
                     value = next(results)
                 except ValueError as error:
-                    outcome = ["f", rule, "error: " + clean_message(error)]
+                    outcome = protocol.faulted(rule, "error: " + clean_message(error))
                     break
                 except StopIteration:
-                    outcome = ["f", rule, "error: the rule program ended early"]
+                    outcome = protocol.faulted(rule, "error: the rule program ended early")
                     break
                 now = monotonic()
                 if now - t_rule > rule_budget or now - t_delivery > delivery_budget:
-                    outcome = ["f", rule, "timeout"]
+                    outcome = protocol.faulted(rule, "timeout")
                     break
                 if value is True:
-                    outcome = ["m", rule]
+                    outcome = protocol.matched(rule)
                     break
             done[set_index] = outcome
-            if outcome[0] == "f":
+            if outcome[0] == protocol.FAULTED:
                 return done  # the iterator is spent or out of step: later sets run on their own
         return done
 
@@ -320,16 +335,8 @@ def _bound_cpu() -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
-def _read_exact(stream, size: int) -> bytes | None:
-    data = stream.read(size)
-    if data is None or len(data) < size:
-        return None
-    return data
-
-
 def _send(fd: int, header: dict) -> None:
-    body = json.dumps(header, separators=(",", ":")).encode()
-    data = memoryview(FRAME.pack(len(body), 0) + body)
+    data = memoryview(protocol.frame_head(header))
     while data:
         written = os.write(fd, data)
         data = data[written:]
@@ -344,17 +351,12 @@ def main(argv: list[str]) -> int:
     progress = Progress(progress_fd)
     worker = Worker(jq, progress)
     requests = os.fdopen(request_fd, "rb", buffering=1 << 16)
-    _send(response_fd, {"ready": True, "pid": os.getpid()})
+    _send(response_fd, protocol.ready_reply(os.getpid()))
     while True:
-        sizes = _read_exact(requests, FRAME.size)
-        if sizes is None:
+        frame = protocol.read_frame(requests)
+        if frame is None:
             return 0  # the parent closed the pipe (or died)
-        header_size, blob_size = FRAME.unpack(sizes)
-        raw_header = _read_exact(requests, header_size)
-        blob = _read_exact(requests, blob_size) if blob_size else b""
-        if raw_header is None or blob is None:
-            return 0
-        header = json.loads(raw_header)
+        header, blob = frame
         progress.req = header["req"]
         progress.mark(IDLE, t_rule=monotonic())
         _bound_cpu()

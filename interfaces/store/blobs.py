@@ -1,6 +1,6 @@
 """The payload store: content-addressed bytes, written in the transaction of the events naming them.
 
-One row per distinct SHA-256 (docs/adr/0019-payloads-stored-once.md). A delivery's body and
+One row per distinct SHA-256 (docs/adr/0022-payloads-stored-once.md). A delivery's body and
 every todo it opens name one row; a second delivery of the same bytes names it again. Rows are
 written by the append itself (`ops_for`, run as inline ops by the recorder), so an event never
 names bytes that are not there, and nothing acknowledged is lost. Retention empties a row's

@@ -9,23 +9,25 @@ after the INSERT would not roll the transaction back.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import contextlib
+from contextlib import contextmanager
 import logging
 import threading
 import time
 from uuid import uuid4
 
 import psycopg
-from eventsourcing.persistence import IntegrityError, OperationalError, StoredEvent
+from eventsourcing.persistence import IntegrityError, OperationalError, PersistenceError, StoredEvent
+from psycopg.rows import dict_row, tuple_row
 from psycopg.sql import SQL, Identifier
-from eventsourcing.postgres import PostgresApplicationRecorder
+from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 
 from application.errors import CommitOutcomeUnknown, StoreUnavailable
-from interfaces.store.database import DatabaseUrl, first_line, idle_and_sound, plan_per_run, run_ops
+from interfaces.store.database import Database, DatabaseUrl, first_line, idle_and_sound, plan_per_run, run_ops
 from projections.base import Op
 
 log = logging.getLogger("switchboard.store")
@@ -40,6 +42,32 @@ FENCE_WAIT_MS = 1000
 # Errors that come from the server refusing a statement leave the outcome known (nothing was
 # committed); these classes (connection, operator intervention, system, internal) do not.
 _UNSURE_CLASSES = ("08", "57", "58", "XX")
+
+
+class PooledPostgresDatastore(PostgresDatastore):
+    """eventsourcing's reads (streams, the log, table creation) on the process's one request pool
+    (`Database`), so `SWITCHBOARD_PG_POOL_SIZE` bounds them too and they share its outage rules
+    (docs/adr/0014); the library's own psycopg_pool is never opened."""
+
+    db: Database
+
+    @contextmanager
+    def get_connection(self) -> Iterator[Any]:
+        try:
+            with self.db.connection() as conn:
+                conn.row_factory = dict_row
+                try:
+                    yield conn
+                finally:
+                    conn.row_factory = tuple_row
+        except StoreUnavailable as error:
+            raise OperationalError(str(error)) from None
+        except psycopg.IntegrityError as error:
+            raise IntegrityError(str(error)) from error
+        except (psycopg.OperationalError, psycopg.InterfaceError) as error:
+            raise OperationalError(str(error)) from error
+        except psycopg.Error as error:
+            raise PersistenceError(str(error)) from error
 
 
 class SqliteEventRecorder(SQLiteApplicationRecorder):

@@ -7,9 +7,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from application.presenters import iso
+from application.presenters import iso, row
 from domain.routing import envelope_with_payload
-from domain.todo import MAX_ATTEMPTS
 from interfaces.store.blobs import TABLE as PAYLOADS, unpack
 from interfaces.store.database import Database
 from interfaces.store.projector import Projector
@@ -25,14 +24,12 @@ _ENVELOPES = (
 
 def _row(values: Sequence[Any]) -> dict[str, Any]:
     r = dict(zip(COLUMNS, values))
-    return {
-        "id": r["todo_id"], "queue": r["queue"], "source": r["source"], "kind": r["kind"],
-        "title": r["title"], "state": r["state"], "trust_mode": r["trust_mode"], "owner": r["owner"],
-        "attempt": r["attempt"], "max_attempts": MAX_ATTEMPTS,
-        "lease_expires_at": iso(from_micros(r["lease_expires_at"])),
-        "next_retry_at": iso(from_micros(r["next_retry_at"])), "dead_letter": bool(r["dead_letter"]),
-        "created_at": iso(from_micros(r["created_at"])), "payload_size": r["payload_size"],
-    }
+    return row(
+        todo_id=r["todo_id"], queue=r["queue"], source=r["source"], kind=r["kind"], title=r["title"],
+        state=r["state"], trust_mode=r["trust_mode"], owner=r["owner"], attempt=r["attempt"],
+        lease_expires_at=from_micros(r["lease_expires_at"]), next_retry_at=from_micros(r["next_retry_at"]),
+        dead_letter=bool(r["dead_letter"]), created_at=from_micros(r["created_at"]), payload_size=r["payload_size"],
+    )
 
 
 def queue_counts_sql(where: str = "") -> str:
@@ -206,13 +203,13 @@ class SqlViews:
         found = []
         for event_id, env, form, codec, data in rows:
             if data is None:
-                continue  # pruned (docs/adr/0019)
+                continue  # pruned (docs/adr/0022)
             found.append((event_id, envelope_with_payload(env, unpack(codec, data), form)))
         return found
 
     def prunable(self, cutoff: datetime) -> list[tuple[str, int, str]]:
         """(digest, size, holder) of every stored payload that only work finished before the cutoff
-        names, and that nothing named since (docs/adr/0019)."""
+        names, and that nothing named since (docs/adr/0022)."""
         at = micros(cutoff)
         return [(r[0], int(r[1]), r[2]) for r in self.db.query(
             f"SELECT r.sha256, b.size, r.holder FROM sb_payload_refs r JOIN {PAYLOADS} b ON b.sha256 = r.sha256"

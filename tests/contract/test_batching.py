@@ -28,7 +28,7 @@ class Batch:
         """Starts the call and waits until its command is queued behind the held writer."""
         index = len(self.answers)
         self.answers.append(None)
-        before = self._store._jobs.qsize()  # the writer's queue: the only way to know it is queued
+        before = self._store.writer.jobs.qsize()  # the writer's queue: the only way to know it is queued
 
         def run() -> None:
             try:
@@ -40,7 +40,7 @@ class Batch:
         thread.start()
         self._threads.append(thread)
         deadline = time.monotonic() + 10
-        while self._store._jobs.qsize() == before:
+        while self._store.writer.jobs.qsize() == before:
             assert time.monotonic() < deadline, "the command never reached the writer"
             time.sleep(0.001)
 

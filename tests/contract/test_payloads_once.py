@@ -1,4 +1,4 @@
-"""Payloads stored once (issue 14, docs/adr/0019): content-addressed, named by the events, written
+"""Payloads stored once (issue 14, docs/adr/0022): content-addressed, named by the events, written
 with them, shown as before — and a store from before this change reads and rebuilds the same."""
 
 from __future__ import annotations

@@ -326,7 +326,7 @@ def test_audit_export(store_url, tmp_path, make_container):
     types = [r["type"] for r in records]
     assert types[:2] == ["OperatorCreated", "EndpointVended"] and "TodoOpened" in types
     opened = next(r for r in records if r["type"] == "TodoOpened")
-    # the payload by reference to the payload store (docs/adr/0019), as the audit chain seals it
+    # the payload by reference to the payload store (docs/adr/0022), as the audit chain seals it
     assert opened["aggregate"] == todo_id and opened["data"]["payload_ref"] == {
         "sha256": hashlib.sha256(b'{"x":1}').hexdigest(), "size": 7}
     # every aggregate is named by its public id, as everywhere else (`audit export | grep td_…` works)

@@ -157,7 +157,7 @@ def test_fan_out_append_is_all_or_nothing(stack, fan_out):
     """The database refuses the 3rd TodoOpened row of the append: nothing of it is stored."""
     hook, endpoints = fan_out
     ids = [e["endpoint_id"] for e in endpoints]
-    # the marker in the title: a TodoOpened names its payload by digest (docs/adr/0019), the title is inline
+    # the marker in the title: a TodoOpened names its payload by digest (docs/adr/0022), the title is inline
     body = f'{{"title": "doomed {MARKER}", "marker": "{MARKER}"}}'.encode()
     with psycopg.connect(stack.url, autocommit=True) as conn:
         conn.execute(TRIGGER)

@@ -49,9 +49,9 @@ def test_an_unwritable_command_fails_alone_in_its_batch(store_url, make_containe
         bad = pool.submit(store.run, unwritable_todo(slug))
         good_after = pool.submit(app.push, slug, "after", caller=CLI, payload={"n": 2})
         deadline = time.monotonic() + 10
-        while store._jobs.qsize() < 3 and time.monotonic() < deadline:
+        while store.writer.jobs.qsize() < 3 and time.monotonic() < deadline:
             time.sleep(0.005)
-        assert store._jobs.qsize() == 3
+        assert store.writer.jobs.qsize() == 3
         release.set()
         held.result(timeout=10)
         assert good_before.result(timeout=10)["created"] is True

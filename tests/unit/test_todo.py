@@ -441,7 +441,7 @@ def test_completing_makes_the_todo_done_with_its_result():
     event = only_event(todo)
     assert isinstance(event, TodoCompleted)
     assert (event.summary, event.actor, event.cause) == ("merged", HOLDER, "complete")
-    # the result by reference to its bytes (docs/adr/0019), which travel with the event to the store
+    # the result by reference to its bytes (docs/adr/0022), which travel with the event to the store
     assert event.result_bytes == b'{"pr":42}' and event.result_ref == ref_of(b'{"pr":42}')
     assert (todo.state, todo.result_bytes, todo.holder, todo.lease_expires_at) == (DONE, b'{"pr":42}', None, None)
     assert not todo.is_claimable(hour(100)) and not todo.is_live

@@ -425,7 +425,7 @@ def test_accept_records_the_delivery_with_its_decision_and_todos():
         if name != "body":
             assert getattr(event, name) == value, name
             assert getattr(delivery, name) == value, name
-    # the body by reference (docs/adr/0019): its digest in the event, its bytes carried to the store
+    # the body by reference (docs/adr/0022): its digest in the event, its bytes carried to the store
     body = fields["body"]
     assert (event.body, event.body_encoding) == (None, None)
     assert event.body_ref == {"sha256": hashlib.sha256(body).hexdigest(), "size": len(body)}

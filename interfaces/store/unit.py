@@ -1,0 +1,161 @@
+"""The unit of work a command handler sees: one command's view of its writer batch.
+
+Commands of one batch share the aggregates they touch (`Batch`), so a later command sees an
+earlier one's effects; each takes a savepoint of what it changes and a refused command rolls
+back to it. An aggregate the batch has not touched yet is read from the unit's `ReadSource`.
+The unit reads through `Reads`, a narrow collaborator, never the store itself.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TypeVar
+from uuid import UUID
+
+from domain.events import Aggregate
+from interfaces.store.cache import AggregateCache
+from interfaces.store.candidates import CANDIDATES_PER_BATCH, CandidatePrefetch, Candidates, QueueKey, ReadClaimable
+
+A = TypeVar("A", bound=Aggregate)
+
+SPREAD_ON_RETRY = 32  # oldest candidates shuffled on a fresh re-run, to stop racing another process
+
+
+@dataclass(frozen=True)
+class ReadSource:
+    """Where a unit of work reads an aggregate its batch has not touched yet.
+
+    - `CACHED`: the process's aggregate cache, else the store.
+    - `ReadSource.just_read(copies)`: copies the caller has just read (None: known absent),
+      else as `CACHED`; the handler then needs no read on the writer thread.
+    - `FRESH`: the latest committed state only (a re-run after a lost race or on a refusal
+      read from copies); its claim candidates are spread over the head of the queue.
+
+    Cached and just-read copies may be stale: the commit's version check catches a stale copy
+    that was written, and a refusal that read one is confirmed on fresh state.
+    """
+
+    fresh: bool = False
+    copies: Mapping[UUID, Aggregate | None] = field(default_factory=dict)
+
+    @staticmethod
+    def just_read(copies: Mapping[UUID, Aggregate | None] | None) -> ReadSource:
+        return ReadSource(copies=copies) if copies else CACHED
+
+
+CACHED = ReadSource()
+FRESH = ReadSource(fresh=True)
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What a unit reads through: committed state (`load`, `claimable`), the cache, and the
+    claim candidates read ahead."""
+
+    load: Callable[[type[Aggregate], UUID], Aggregate | None]
+    claimable: ReadClaimable
+    cache: AggregateCache
+    prefetch: CandidatePrefetch
+
+
+class Batch:
+    """The aggregates touched by the commands of one batch, in the order first touched."""
+
+    def __init__(self) -> None:
+        self.aggregates: dict[UUID, Aggregate] = {}
+        self.cached: set[UUID] = set()
+        """Ids read from a copy (cache or caller) rather than the store: possibly stale."""
+        self.candidates: dict[QueueKey, Candidates] = {}
+
+
+class Unit:
+    """One command's view of the batch; undoes its own changes if the command is refused."""
+
+    def __init__(self, reads: Reads, batch: Batch, now: datetime, source: ReadSource) -> None:
+        self._reads = reads
+        self._batch = batch
+        self._source = source
+        self._savepoints: dict[UUID, Aggregate | None] = {}
+        self.now = now
+        self.used_cache = False
+        """A copy (cache or caller's) was read: a refusal must be confirmed on fresh state."""
+
+    def get(self, cls: type[A], aggregate_id: UUID, *, fresh: bool = False) -> A | None:
+        aggregates = self._batch.aggregates
+        if aggregate_id in aggregates:
+            aggregate = aggregates[aggregate_id]
+            if aggregate_id not in self._savepoints:
+                # This command changes its own copy: an earlier command of the batch may have
+                # returned `aggregate` as its answer, which must not show this command's effects.
+                self._savepoints[aggregate_id] = aggregate
+                aggregate = aggregates[aggregate_id] = aggregate.clone()
+            stale_suspect = aggregate_id in self._batch.cached and not aggregate.pending_events
+            if not (fresh and stale_suspect):
+                return aggregate  # type: ignore[return-value]
+            # "fresh": the latest committed state, unless this batch already changed it
+            self._batch.cached.discard(aggregate_id)
+            reloaded = self._reads.load(cls, aggregate_id)
+            if reloaded is None:
+                return None
+            aggregates[aggregate_id] = reloaded
+            return reloaded  # type: ignore[return-value]
+        aggregate, copied = self._read(cls, aggregate_id, fresh=fresh or self._source.fresh)
+        if aggregate is None:
+            return None
+        if copied:
+            self.used_cache = True
+            self._batch.cached.add(aggregate_id)
+        aggregates[aggregate_id] = aggregate
+        self._savepoints[aggregate_id] = None
+        return aggregate
+
+    def _read(self, cls: type[A], aggregate_id: UUID, *, fresh: bool) -> tuple[A | None, bool]:
+        """The aggregate from the read source, and whether it is a copy (possibly stale)."""
+        if not fresh:
+            copies = self._source.copies
+            if aggregate_id in copies:
+                copy = copies[aggregate_id]
+                if copy is None or not isinstance(copy, cls):
+                    return None, False
+                return copy.clone(), True  # type: ignore[return-value]
+            cached = self._reads.cache.get(cls, aggregate_id)
+            if cached is not None:
+                return cached, True
+        return self._reads.load(cls, aggregate_id), False  # type: ignore[return-value]
+
+    def add(self, aggregate: Aggregate) -> None:
+        if aggregate.id not in self._batch.aggregates:
+            self._batch.aggregates[aggregate.id] = aggregate
+            self._savepoints[aggregate.id] = None
+
+    def claimable(self, endpoint_id: str, queues: Sequence[str], limit: int) -> list[UUID]:
+        """Candidates read once per batch (commands of one batch see each other's claims)."""
+        key = (endpoint_id, tuple(queues))
+        want = limit + len(self._batch.aggregates)
+        fresh = self._source.fresh
+        cached = self._batch.candidates.get(key)
+        if cached is None and not fresh:
+            cached = self._reads.prefetch.take(key, want)
+            if cached is not None:
+                self._batch.candidates[key] = cached
+        if cached is None or (len(cached[0]) < want and not cached[1]):
+            fetch = max(want, CANDIDATES_PER_BATCH)
+            ids = self._reads.claimable(endpoint_id, queues, self.now, fetch)
+            if fresh:
+                # A re-run after a lost race: another process is taking the oldest todos as
+                # we speak, so spread over the head of the queue instead of racing it again.
+                head = ids[:SPREAD_ON_RETRY]
+                random.shuffle(head)
+                ids = head + ids[SPREAD_ON_RETRY:]
+            cached = self._batch.candidates[key] = (ids, len(ids) < fetch)
+        return cached[0]
+
+    def rollback(self) -> None:
+        for aggregate_id, saved in self._savepoints.items():
+            if saved is None:
+                self._batch.aggregates.pop(aggregate_id, None)
+            else:
+                self._batch.aggregates[aggregate_id] = saved

@@ -1,0 +1,266 @@
+"""The writer: one thread per process that runs every command handler, in batches (group commit).
+
+It takes all handlers waiting at that moment, runs them one after another on a shared view of
+the aggregates they touch (`interfaces/store/unit.py`), and appends every resulting event in ONE
+transaction. Optimistic concurrency (the unique (stream, version) key) catches a race with
+another process: the batch is then re-run on fresh state, then one command at a time. A commit
+whose outcome was lost with the connection is resolved by the recorder (recorders.py,
+docs/adr/0014); the writer only answers what it learns. See docs/adr/0004-claims-and-batching.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, TypeVar
+
+from eventsourcing.persistence import IntegrityError, PersistenceError
+
+from application.errors import CommitOutcomeUnknown, RetryLimitExceeded, StoreUnavailable
+from application.ports import Clock, Recorded, UnitOfWork
+from domain.errors import DomainError
+from domain.events import DomainEvent
+from interfaces.store.cache import AggregateCache
+from interfaces.store.candidates import CandidatePrefetch
+from interfaces.store.database import POOL_WAIT, first_line
+from interfaces.store.unit import FRESH, Batch, Reads, ReadSource, Unit
+
+log = logging.getLogger("switchboard.store")
+T = TypeVar("T")
+
+MAX_BATCH = 64  # commands per batch (one transaction)
+LINGER = 0.001  # seconds a batch may wait to fill up to the previous batch's size
+MAX_RETRIES = 12  # attempts of a command run alone after its batch kept losing races
+BATCH_RETRIES = 3  # re-runs of a whole batch on fresh state before running it one by one
+
+Append = Callable[[list[DomainEvent]], Sequence[int] | None]
+"""Writes events (with the inline read models) in one transaction; their log positions."""
+
+
+class Job:
+    """A command handler waiting for its batch, the future its caller waits on, its read source."""
+
+    __slots__ = ("handler", "future", "source")
+
+    def __init__(self, handler: Callable[[UnitOfWork], Any], source: ReadSource) -> None:
+        self.handler = handler
+        self.future: Future = Future()
+        self.source = source
+
+
+class Writer:
+    """Runs command handlers in batches on one thread; each caller waits for its own outcome."""
+
+    def __init__(self, append: Append, reads: Reads, clock: Clock) -> None:
+        self._append = append
+        self._reads = reads
+        self._cache: AggregateCache = reads.cache
+        self._prefetch: CandidatePrefetch = reads.prefetch
+        self._clock = clock
+        self.jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        """Jobs not yet taken into a batch (tests look at its size)."""
+        self._thread: threading.Thread | None = None
+        self._thread_lock = threading.Lock()
+        self._listeners: list[Callable[[list[Recorded]], None]] = []
+        self._last_batch_size = 1
+        self._closed = False
+        self.down = False
+        """The last commit failed for want of the store (cleared by the next that succeeds)."""
+
+    # -- callers
+
+    def run(self, handler: Callable[[UnitOfWork], T], source: ReadSource) -> T:
+        """Runs a command handler in the next batch and returns once its events are durable."""
+        if self._closed:
+            raise StoreUnavailable("store is closed")
+        if self._thread is None:
+            with self._thread_lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._loop, name="switchboard-writer", daemon=True)
+                    self._thread.start()
+        job = Job(handler, source)
+        self.jobs.put(job)
+        started = time.monotonic()
+        while True:
+            try:
+                return job.future.result(timeout=POOL_WAIT / 4)
+            except FutureTimeout:
+                # While the store is down the writer may be busy learning a lost commit's outcome:
+                # a job it has not taken yet is withdrawn after POOL_WAIT (nothing of it was
+                # written: 503). One it has taken gets its true answer, however long that takes.
+                if self.down and time.monotonic() - started >= POOL_WAIT and job.future.cancel():
+                    raise StoreUnavailable("store unavailable: the writer is waiting for the store") from None
+
+    def subscribe(self, listener: Callable[[list[Recorded]], None]) -> None:
+        """Calls `listener` on the writer thread after each commit; it must be quick."""
+        self._listeners.append(listener)
+
+    def stop(self) -> None:
+        """Ends the thread once the jobs already queued are answered (waits up to 5 s)."""
+        self._closed = True
+        if self._thread is not None:
+            self.jobs.put(None)
+            self._thread.join(timeout=5)
+
+    def store_down(self, error: BaseException | None = None) -> None:
+        """Marks the store unavailable (one log line per outage)."""
+        if not self.down:
+            self.down = True
+            log.warning("writer: store unavailable (%s); commands are answered 503 until it is back",
+                        first_line(error) if error is not None else "unknown")
+
+    def _store_up(self) -> None:
+        if self.down:
+            self.down = False
+            log.warning("writer: store is back")
+
+    # -- the thread
+
+    def _loop(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            if not job.future.set_running_or_notify_cancel():
+                continue  # withdrawn by its caller while the store was down
+            batch = [job]
+            # Those answered by the last commit are about to send their next command: wait a
+            # moment for as many, so the batch (and its one commit) stays full under load.
+            deadline = time.monotonic() + LINGER
+            while len(batch) < MAX_BATCH:
+                try:
+                    if len(batch) < self._last_batch_size:
+                        more = self.jobs.get(timeout=max(deadline - time.monotonic(), 0))
+                    else:
+                        more = self.jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self.jobs.put(None)
+                    break
+                if more.future.set_running_or_notify_cancel():
+                    batch.append(more)
+            self._last_batch_size = len(batch)
+            try:
+                self._process(batch)
+            except BaseException as error:  # never let the writer die with jobs waiting
+                log.exception("writer failed a batch")
+                for j in batch:
+                    if not j.future.done():
+                        j.future.set_exception(error)
+
+    def _process(self, jobs: list[Job], attempt: int = 0) -> None:
+        """Runs jobs as one batch; after a lost race, again on fresh state, then one by one."""
+        batch = Batch()
+        done: list[tuple[Job, Any]] = []
+        recheck: list[Job] = []
+        for job in jobs:
+            unit = Unit(self._reads, batch, self._clock.now(), FRESH if attempt > 0 else job.source)
+            try:
+                result = job.handler(unit)
+            except DomainError as error:
+                unit.rollback()
+                if unit.used_cache:
+                    recheck.append(job)  # confirm the refusal against fresh state
+                else:
+                    job.future.set_exception(error)
+            except Exception as error:
+                unit.rollback()
+                job.future.set_exception(error)
+            else:
+                done.append((job, result))
+        if done:
+            try:
+                recorded = self._commit(batch)
+            except IntegrityError:
+                self._cache.forget(batch.aggregates)
+                self._prefetch.clear()
+                again = [job for job, _ in done] + recheck
+                if attempt < BATCH_RETRIES:
+                    time.sleep(random.uniform(0, 0.002 * (2 ** attempt)))
+                    self._process(again, attempt + 1)
+                else:
+                    for job in again:
+                        self._run_alone(job)
+                return
+            except CommitOutcomeUnknown as error:
+                self._cache.forget(batch.aggregates)
+                self._prefetch.clear()
+                for job, _ in done:
+                    job.future.set_exception(error)
+            except (PersistenceError, StoreUnavailable) as error:
+                self._cache.forget(batch.aggregates)
+                self.store_down(error)
+                failure = StoreUnavailable(f"store unavailable: {error}")
+                for job, _ in done:
+                    job.future.set_exception(failure)
+            except Exception:
+                # events that cannot be written at all (e.g. text that is not Unicode): nothing
+                # was appended; run the commands one at a time so only the culprit fails
+                self._cache.forget(batch.aggregates)
+                self._prefetch.clear()
+                for job, _ in done:
+                    self._run_alone(job)
+            else:
+                self._store_up()
+                for job, result in done:
+                    job.future.set_result(result)
+                self._announce(recorded)
+        if recheck:
+            self._process(recheck, attempt + 1)
+
+    def _run_alone(self, job: Job) -> None:
+        for attempt in range(MAX_RETRIES):
+            batch = Batch()
+            unit = Unit(self._reads, batch, self._clock.now(), FRESH)
+            try:
+                result = job.handler(unit)
+            except Exception as error:
+                job.future.set_exception(error)
+                return
+            try:
+                recorded = self._commit(batch)
+            except IntegrityError:
+                self._cache.forget(batch.aggregates)
+                time.sleep(random.uniform(0, 0.002 * (2 ** min(attempt, 6))))
+                continue
+            except (PersistenceError, StoreUnavailable) as error:
+                self._cache.forget(batch.aggregates)
+                self.store_down(error)
+                job.future.set_exception(StoreUnavailable(f"store unavailable: {error}"))
+                return
+            except Exception as error:
+                self._cache.forget(batch.aggregates)
+                job.future.set_exception(error)
+                return
+            self._store_up()
+            job.future.set_result(result)
+            self._announce(recorded)
+            return
+        job.future.set_exception(RetryLimitExceeded("gave up after repeated concurrent updates; try again"))
+
+    def _commit(self, batch: Batch) -> list[Recorded]:
+        events: list[DomainEvent] = []
+        for aggregate in batch.aggregates.values():
+            events.extend(aggregate.collect_events())
+        if not events:
+            return []
+        self._prefetch.read_ahead(batch.candidates, events)
+        positions = self._append(events)
+        self._cache.keep(batch.aggregates)
+        return [Recorded(position, event) for position, event in zip(positions or [0] * len(events), events)]
+
+    def _announce(self, recorded: list[Recorded]) -> None:
+        if not recorded:
+            return
+        for listener in self._listeners:
+            try:
+                listener(recorded)
+            except Exception:  # a listener's bug must not fail committed commands
+                log.exception("commit listener failed")
