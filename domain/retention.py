@@ -11,30 +11,30 @@ in the same transaction.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
 
+from domain.endpoint import parse_lifetime
 from domain.errors import InvalidArgument
 from domain.events import Aggregate, DomainEvent
 from domain.payloads import carried
 
 RETENTION_ID = UUID("5b1e7e2d-0000-4000-8000-7265746e7469")  # the one retention stream
-_DURATION = re.compile(r"([1-9][0-9]{0,8})([smhd])")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_AGE = timedelta(days=36500)
 
 
 def parse_age(text: str) -> timedelta:
-    """`<n>s|m|h|d` (e.g. `30d`), at least one second and at most 100 years."""
-    match = _DURATION.fullmatch(str(text).strip())
-    if match is None:
+    """`<n>s|m|h|d` (e.g. `30d`, as an endpoint's lifetime is written), at most 100 years."""
+    try:
+        seconds = parse_lifetime(str(text)) if str(text).strip() != "never" else None
+    except InvalidArgument:
+        seconds = None
+    if seconds is None:
         raise InvalidArgument(f"older-than must look like 30d, 12h, 90m or 3600s, not {text!r}")
-    age = timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
-    if age > MAX_AGE:
+    if seconds > MAX_AGE.total_seconds():
         raise InvalidArgument("older-than is at most 36500d")
-    return age
+    return timedelta(seconds=seconds)
 
 
 @dataclass(frozen=True, kw_only=True)

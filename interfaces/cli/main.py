@@ -20,6 +20,7 @@ from application.errors import ConfigurationError, StoreUnavailable
 from application.service import Caller
 from application.webhooks import DEFAULT_REPLAY_LAST, REPLAY_MAX
 from domain.endpoint import parse_lifetime
+from domain.retention import parse_age
 from domain.errors import DomainError, InvalidArgument
 from interfaces.settings import Settings
 
@@ -276,7 +277,11 @@ def cmd_retention_prune(args, out: Output) -> int:
             line += f"; payload store {r['store_bytes_before']:,} -> {r['store_bytes_after']:,} bytes on disk"
         return line
 
-    return _act(args, out, lambda c: c.retention.prune(args.older_than, caller=CLI, dry_run=args.dry_run), text)
+    try:
+        age = parse_age(args.older_than)
+    except InvalidArgument as error:
+        raise Usage(f"bad --older-than {args.older_than!r}: {error}") from None
+    return _act(args, out, lambda c: c.retention.prune(age, caller=CLI, dry_run=args.dry_run), text)
 
 
 def cmd_todo_retry(args, out: Output) -> int:
