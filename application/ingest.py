@@ -25,11 +25,12 @@ from domain.errors import NotFound
 from domain.events import Aggregate
 from domain.idempotency import IdempotencyKey, key_uuid
 from domain.ingest import (
-    check_single_signatures, delivery_id, delivery_kind, derive_title, parse_payload, redact_headers, trust_of,
+    check_single_signatures, delivery_id, delivery_kind, derive_title, parse_payload_form, redact_headers, trust_of,
     verify_signature,
 )
 from domain.names import QUARANTINE, TODO_PREFIX, parse_id
 from domain.once import OnceKey, once_uuid
+from domain.payloads import ref_of
 from domain.routing import Decision, NoMatch, RuleSet, decide, envelope, repeat_trace, subject_of
 from domain.todo import Todo
 from domain.webhook import Webhook
@@ -143,7 +144,7 @@ class Ingest:
         kind = delivery_kind(lowered, cairn)
         key = _delivery_key(webhook.webhook_id, lowered, webhook.source_type, cairn, body)
         content_type = lowered.get("content-type")
-        payload = parse_payload(body, content_type)
+        payload, payload_form = parse_payload_form(body, content_type)
         redacted = redact_headers(lowered)
         rule_set = self._rules_of(webhook)
         wanted = [
@@ -167,7 +168,7 @@ class Ingest:
             loaded.update(self.store.load_many([(OnceKey, once_uuid(t, decision.queue, decision.once_subject))
                                                 for t in decision.endpoints]))
         title = derive_title(webhook.source_type, kind, payload, body=body, content_type=content_type)
-        todo_payload = payload if payload is not None else body.decode(errors="replace")
+        body_ref = ref_of(body)  # the delivery and each todo it opens name these bytes once (docs/adr/0027)
         queue = QUARANTINE if decision.faulted else decision.queue
         delivery_uuid = uuid4()
         event_id = f"{DELIVERY_PREFIX}{delivery_uuid.hex}"
@@ -179,8 +180,8 @@ class Ingest:
             once = Once(uow, target.endpoint_id, queue, decision.once_subject, actor)
             todo, created = open_or_reuse(uow, target.endpoint_id, key, lambda: once.bound(Todo.open(
                 id=uuid4(), now=uow.now, actor=actor, endpoint_id=target.endpoint_id, queue=queue,
-                source=webhook.source_type, title=title, trust_mode=trust_mode, payload=todo_payload,
-                payload_size=len(body), kind=kind, idempotency_key=key, routing=decision.trace,
+                source=webhook.source_type, title=title, trust_mode=trust_mode, payload_ref=body_ref,
+                payload_form=payload_form, payload_bytes=body, payload_size=len(body), kind=kind, idempotency_key=key, routing=decision.trace,
                 delivery_id=event_id, cause="ingest",
             )), actor=actor, reuse=once.live if decision.once_subject is not None else None)
             ref = {"id": todo.todo_id, "endpoint_id": target.endpoint_id, "queue": todo.queue, "created": created}
@@ -199,9 +200,9 @@ class Ingest:
                 id=delivery_uuid, now=uow.now, actor=actor, webhook_id=webhook.webhook_id,
                 endpoint_id=owner.endpoint_id, source=webhook.source_type, kind=kind, trust_mode=trust_mode,
                 verified=verified, remote_addr=remote_addr, content_type=content_type, size=len(body),
-                headers=redacted, body=body, delivery_key=key, disposition=decision.disposition,
-                routing=repeat_trace(decision.trace) if repeat else decision.trace, todos=todos,
-                sender_actor=sender.to_json(),
+                headers=redacted, body=body, body_ref=body_ref, payload_form=payload_form, delivery_key=key,
+                disposition=decision.disposition, routing=repeat_trace(decision.trace) if repeat else decision.trace,
+                todos=todos, sender_actor=sender.to_json(),
             ))
             return todos, repeat
 

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from domain.delivery import Delivery, delivery_id_of
 from domain.endpoint import Endpoint
-from domain.ingest import parse_payload
 from domain.names import REDACTED
 from domain.todo import MAX_ATTEMPTS, PRIOR_ATTEMPTS_SHOWN, Todo
 from domain.webhook import Webhook
@@ -55,14 +54,15 @@ def todo_row(todo: Todo) -> dict[str, Any]:
     )
 
 
-def todo_full(todo: Todo, *, lease_token: str | None = None) -> dict[str, Any]:
-    """The row plus payload, routing, result and the newest closed attempts."""
+def todo_full(todo: Todo, *, payload: Any = None, result: Any = None, lease_token: str | None = None) -> dict[str, Any]:
+    """The row plus payload, routing, result and the newest closed attempts (the payload and
+    result as read from the store by application/payloads.py)."""
     closed = [a for a in todo.attempts if a.outcome is not None][-PRIOR_ATTEMPTS_SHOWN:]
     full = todo_row(todo) | {
         "endpoint_id": todo.endpoint_id,
-        "payload": todo.payload,
+        "payload": payload,
         "routing": todo.routing,
-        "result": todo.result,
+        "result": result,
         "attempt_seq": todo.attempt_seq,
         "claimant": todo.claimant,
         "prior_attempts": [
@@ -78,15 +78,14 @@ def todo_full(todo: Todo, *, lease_token: str | None = None) -> dict[str, Any]:
     return full
 
 
-def claimed(taken: Sequence[tuple[Todo, str | None]], *, batch: bool,
-            why: dict[str, Any] | None = None) -> dict[str, Any]:
-    """claim_next's answer: `{empty, todo?}`, or with `max`, `{empty, todos}`; an empty one says why
-    when queue controls hold work back (`why`: reason, retry_after_seconds?)."""
+def claimed(taken: Sequence[dict[str, Any]], *, batch: bool, why: dict[str, Any] | None = None) -> dict[str, Any]:
+    """claim_next's answer from the full todos taken: `{empty, todo?}`, or with `max`, `{empty, todos}`;
+    an empty one says why when queue controls hold work back (`why`: reason, retry_after_seconds?)."""
     if batch:
-        return {"empty": not taken, "todos": [todo_full(t, lease_token=fence) for t, fence in taken], **(why or {})}
+        return {"empty": not taken, "todos": list(taken), **(why or {})}
     if not taken:
         return {"empty": True, **(why or {})}
-    return {"empty": False, "todo": todo_full(taken[0][0], lease_token=taken[0][1])}
+    return {"empty": False, "todo": taken[0]}
 
 
 def queue_views(endpoint: Endpoint, queues: Sequence[str], loads: dict[str, tuple[int, int]]) -> list[dict[str, Any]]:
@@ -182,20 +181,22 @@ def ceiling(endpoint: Endpoint) -> dict[str, Any]:
     }
 
 
-def delivery_view(delivery: Delivery, *, raw_body: bool = False) -> dict[str, Any]:
+def delivery_view(delivery: Delivery, *, body: bytes | None, payload: Any, pruned: dict[str, Any] | None,
+                  raw_body: bool = False) -> dict[str, Any]:
     """One delivery with redacted headers and payload, and the sender's delivery id; `body` is the
-    body as received when it is not JSON, or always with `raw_body`."""
-    payload = parse_payload(delivery.body, delivery.content_type)
+    body as received when it is not JSON, or always with `raw_body` (both read from the payload
+    store; `payload_pruned` once retention removed them)."""
+    shown = None if body is None or (payload is not None and not raw_body) else body.decode(errors="replace")
     return {
         "id": delivery.event_id, "delivery_id": delivery_id_of(delivery.delivery_key),
         "webhook_id": delivery.webhook_id, "endpoint_id": delivery.endpoint_id,
         "source": delivery.source, "kind": delivery.kind, "trust_mode": delivery.trust_mode,
         "verified": delivery.verified, "remote_addr": delivery.remote_addr,
         "content_type": delivery.content_type, "size": delivery.size, "headers": delivery.headers,
-        "payload": payload,
-        "body": None if payload is not None and not raw_body else delivery.body.decode(errors="replace"),
+        "payload": payload, "body": shown, "body_sha256": delivery.body_ref["sha256"],
         "disposition": delivery.disposition, "routing": delivery.routing, "todos": delivery.todos,
         "received_at": iso(delivery.received_at),
+        **({"payload_pruned": pruned} if pruned is not None else {}),
     }
 
 

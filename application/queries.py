@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
 from typing import Any
 
 from application.access import Access, Caller
+from application.payloads import HIDDEN, OMITTED, history_payloads
 from application.ports import EventStore, Views
 from application.presenters import ceiling, shown
 from domain.delivery import DELIVERY_PREFIX, Delivery
@@ -26,6 +26,7 @@ AGGREGATE_NAMES = {
     "domain.operator": ("operator", OPERATOR_PREFIX),
     "domain.idempotency": ("idempotency_key", "ik_"), "domain.once": ("once_key", "ok_"),
     "domain.installation": ("installation", "in_"),
+    "domain.retention": ("retention", "rt_"),
 }
 _TODO_CURSOR = re.compile(r"(\d{1,19})\.(td_[0-9a-f]{32})")
 
@@ -82,15 +83,20 @@ class Queries:
         With `payloads=False` an event's `payload` is left out of its data (named in `omitted`), and
         never converted: a reader that shows the payload elsewhere does not pay for it twice."""
         todo = self.access.todo(todo_id, caller)
+        stream = self.store.stream(todo.id)
+        fields = iter(history_payloads(self.store, [r.event for r in stream], payloads=payloads))
         events = []
-        for recorded in self.store.stream(todo.id):
+        for recorded in stream:
             event, omitted = recorded.event, []
-            if not payloads and getattr(event, "payload", None) is not None:
-                event, omitted = replace(event, payload=None), ["payload"]
             data = self.store.event_data(event)
             time, actor, cause = data.pop("timestamp"), data.pop("actor"), data.pop("cause")
-            for name in omitted:
-                data.pop(name, None)
+            for name, value in next(fields).items():  # payloads as before they were stored once
+                if value is OMITTED or value is HIDDEN:
+                    data.pop(name, None)
+                    if value is OMITTED:
+                        omitted.append(name)
+                else:
+                    data[name] = value
             events.append({
                 "position": recorded.position, "version": recorded.event.originator_version,
                 "time": time, "type": type(recorded.event).__name__, "actor": actor, "cause": cause,

@@ -23,6 +23,7 @@ from application import presenters as present
 from application.access import Access, Caller, EndpointScope
 from application.endpoints import Endpoints
 from application.operators import Operators
+from application.payloads import full_todos
 from application.ports import Clock, EventStore, PasswordHasher, Views
 from application.queries import Queries
 from application.queues import Queues, why_empty
@@ -165,14 +166,15 @@ class Switchboard:
               claimant: str | None = None, require_fence: bool = False) -> dict[str, Any]:
         todo, fence = self.todos.claim(todo_id, caller=caller, lease_ttl_seconds=lease_ttl_seconds,
                                        claimant=claimant, require_fence=require_fence)
-        return present.todo_full(todo, lease_token=fence)
+        return full_todos(self.store, [todo], [fence])[0]
 
     def claim_next(self, *, caller: Caller, queue: str | None = None, lease_ttl_seconds: float | None = None,
                    claimant: str | None = None, require_fence: bool = False,
                    max_todos: int | None = None) -> dict[str, Any]:
         taken, refused = self.todos.claim_next(caller=caller, queue=queue, lease_ttl_seconds=lease_ttl_seconds,
                                                claimant=claimant, require_fence=require_fence, max_todos=max_todos)
-        return present.claimed(taken, batch=max_todos is not None, why=why_empty(refused))
+        full = full_todos(self.store, [todo for todo, _ in taken], [fence for _, fence in taken])
+        return present.claimed(full, batch=max_todos is not None, why=why_empty(refused))
 
     def heartbeat(self, todo_id: str, *, caller: Caller, lease_ttl_seconds: float | None = None,
                   lease_token: str | None = None) -> dict[str, Any]:
@@ -200,14 +202,14 @@ class Switchboard:
     # -- queries -------------------------------------------------------------------------
 
     def get_todo(self, todo_id: str, *, caller: Caller) -> dict[str, Any]:
-        return present.todo_full(self.queries.todo(todo_id, caller=caller))
+        return full_todos(self.store, [self.queries.todo(todo_id, caller=caller)])[0]
 
     # -- what the clock decides, by this application's clock (the board shows it) --------
 
     def todo_now(self, todo_id: str, *, caller: Caller) -> dict[str, Any]:
         """`get_todo` plus `claimable`: whether a claim would be taken now (`Todo.is_claimable`)."""
         todo = self.queries.todo(todo_id, caller=caller)
-        return present.todo_full(todo) | {"claimable": todo.is_claimable(self.clock.now())}
+        return full_todos(self.store, [todo])[0] | {"claimable": todo.is_claimable(self.clock.now())}
 
     def endpoints_now(self, *, caller: Caller) -> list[dict[str, Any]]:
         """`list_endpoints`, each row with its `status` now (see `presenters.with_status`)."""

@@ -17,9 +17,11 @@ from application import presenters as present
 from application.access import Caller
 from application.hooks import Hooks, Minted
 from application.ingest import Ingest
+from application.payloads import delivery_payload, pruned_note
 from application.ports import RuleEngine, SecretBox
 from application.rules import DEFAULT_REPLAY_LAST, REPLAY_MAX, Rules
 from application.service import Switchboard
+from domain.errors import Conflict
 from domain.webhook import Webhook
 
 __all__ = ["DEFAULT_REPLAY_LAST", "REPLAY_MAX", "Webhooks"]
@@ -119,9 +121,15 @@ class Webhooks:
                                        max_limit=max_limit)
 
     def get_event(self, event_id: str, *, caller: Caller, raw_body: bool = False) -> dict[str, Any]:
-        return present.delivery_view(self.queries.delivery(event_id, caller=caller), raw_body=raw_body)
+        delivery = self.queries.delivery(event_id, caller=caller)
+        body, payload, pruned = delivery_payload(self.queries.store, delivery)
+        return present.delivery_view(delivery, body=body, payload=payload, pruned=pruned_note(pruned),
+                                     raw_body=raw_body)
 
     def event_body(self, event_id: str, *, caller: Caller) -> tuple[bytes, str | None]:
         """A delivery's raw body exactly as received, and its content type."""
         delivery = self.queries.delivery(event_id, caller=caller)
-        return delivery.body, delivery.content_type
+        body, _, pruned = delivery_payload(self.queries.store, delivery)
+        if body is None:
+            raise Conflict(f"event {event_id}: {pruned_note(pruned)['text']}")
+        return body, delivery.content_type

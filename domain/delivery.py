@@ -6,14 +6,14 @@ delivery and its todos exist together or not at all.
 
 from __future__ import annotations
 
-import base64
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from domain.events import Aggregate, DomainEvent
 from domain.names import format_id
+from domain.payloads import carried, ref_of
 
 DELIVERY_PREFIX = "ev_"
 DISPOSITIONS = ("routed", "dropped", "faulted", "held")
@@ -31,8 +31,6 @@ class DeliveryAccepted(DomainEvent):
     content_type: str | None
     size: int
     headers: dict[str, str]
-    body: str
-    body_encoding: str
     delivery_key: str
     disposition: str
     routing: dict[str, Any]
@@ -40,6 +38,14 @@ class DeliveryAccepted(DomainEvent):
     # the rule envelope's `actor` ({sender, association, trusted}); None in deliveries stored
     # before trusted senders existed (every one of them trusted)
     sender_actor: dict[str, Any] | None = None
+    # Before payloads were stored once (docs/adr/0027) the body was inline: `body` (text) and
+    # `body_encoding` ("utf-8" or "base64"). Now `body_ref` names its bytes and `payload_form`
+    # says how its payload is read from them (domain/payloads.py).
+    body: str | None = None
+    body_encoding: str | None = None
+    body_ref: dict[str, Any] | None = None
+    payload_form: str | None = None
+    body_bytes: bytes | None = carried()
 
 
 DELIVERY_EVENTS = (DeliveryAccepted,)
@@ -50,30 +56,18 @@ def delivery_id_of(delivery_key: str) -> str:
     return delivery_key.partition(":")[2] or delivery_key
 
 
-def encode_body(raw: bytes) -> tuple[str, str]:
-    """A body is kept as text when it is UTF-8 (nearly every webhook), else as base64."""
-    try:
-        return raw.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        return base64.b64encode(raw).decode("ascii"), "base64"
-
-
-def decode_body(text: str, encoding: str) -> bytes:
-    """The exact bytes received."""
-    return base64.b64decode(text) if encoding == "base64" else text.encode("utf-8")
-
-
 class Delivery(Aggregate):
     """Immutable once accepted."""
 
     @classmethod
-    def accept(cls, *, id: UUID, now: datetime, actor: str, body: bytes, **fields: Any) -> Delivery:
-        """Records an accepted delivery (its exact body) with its decision and the todos it names."""
+    def accept(cls, *, id: UUID, now: datetime, actor: str, body: bytes, payload_form: str,
+               body_ref: dict[str, Any] | None = None, **fields: Any) -> Delivery:
+        """Records an accepted delivery (its exact body, by reference) with its decision and the todos it names."""
         delivery = cls()
         delivery.id = id
-        text, encoding = encode_body(body)
-        delivery._record(DeliveryAccepted, timestamp=now, actor=actor, cause="ingest", body=text,
-                         body_encoding=encoding, **fields)
+        delivery._record(DeliveryAccepted, timestamp=now, actor=actor, cause="ingest",
+                         body_ref=body_ref or ref_of(body), payload_form=payload_form, body_bytes=body,
+                         **fields)
         return delivery
 
     @property
@@ -83,9 +77,8 @@ class Delivery(Aggregate):
     def _mutate(self, event: DomainEvent) -> None:
         match event:
             case DeliveryAccepted():
-                self.__dict__.update({k: v for k, v in vars(event).items()
-                                      if k not in ("originator_id", "originator_version")})
-                self.body = decode_body(event.body, event.body_encoding)
+                self.__dict__.update({f.name: getattr(event, f.name) for f in fields(event)
+                                      if f.name not in ("originator_id", "originator_version")})
                 self.received_at = event.timestamp
             case _:  # pragma: no cover
                 raise TypeError(f"Delivery cannot apply {type(event).__name__}")

@@ -18,6 +18,7 @@ from urllib.parse import parse_qs
 
 from domain.errors import DomainError
 from domain.names import REDACTED, SOURCE_TYPES  # noqa: F401 - part of the ingest vocabulary
+from domain.payloads import FORM, JSON, TEXT
 from domain.todo import one_line_title
 
 SIGNED_SOURCES = ("github", "gitea", "cairn")
@@ -202,6 +203,12 @@ def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 def parse_payload(body: bytes, content_type: str | None) -> object | None:
     """A JSON body, or the JSON in a form body's `payload` field (GitHub's form mode); else None."""
+    return parse_payload_form(body, content_type)[0]
+
+
+def parse_payload_form(body: bytes, content_type: str | None) -> tuple[object | None, str]:
+    """The payload and how it is read from the body again: "json" (the body is JSON), "form" (the
+    JSON in a form body's `payload` field) or "text" (no JSON: the payload is None)."""
     media_type = (content_type or "").split(";", 1)[0].strip().lower()
     if media_type == _FORM:
         try:
@@ -209,8 +216,23 @@ def parse_payload(body: bytes, content_type: str | None) -> object | None:
         except ValueError:
             fields = {}
         if "payload" in fields:
-            return _json(fields["payload"][0])
-    return _json(body)
+            value = _json(fields["payload"][0])
+            return value, TEXT if value is None else FORM
+    value = _json(body)
+    return value, TEXT if value is None else JSON
+
+
+def read_payload(data: bytes, form: str | None, content_type: str | None = None) -> object | None:
+    """A payload from its stored bytes (domain/payloads.py): the JSON value, or for "text" the body
+    as text (the payload of a todo whose delivery is not JSON). Form None: a delivery from before
+    payloads were stored once, read as ingest read it."""
+    if form == JSON:
+        return json.loads(data)  # checked as strict JSON when it was stored
+    if form == FORM:
+        return parse_payload(data, _FORM)
+    if form == TEXT:
+        return data.decode(errors="replace")
+    return parse_payload(data, content_type)
 
 
 def _json(text: bytes | str) -> object | None:

@@ -25,7 +25,9 @@ from functools import lru_cache
 from typing import Any
 
 from domain.errors import DomainError, InvalidArgument
+from domain.ingest import read_payload
 from domain.names import QUARANTINE, check_queue_name
+from domain.payloads import JSON, TEXT
 from domain.trust import Actor
 
 MAX_RULES = 32
@@ -311,6 +313,28 @@ def envelope(*, source: str, kind: str | None, webhook_id: str, trust_mode: str,
         "actor": actor.to_json() if actor is not None else dict(NO_ACTOR),
         "headers": {str(name).lower(): value for name, value in headers.items()}, "payload": payload,
     }
+
+
+_NO_PAYLOAD = '"payload":null}'
+
+
+def envelope_with_payload(envelope_json: str, body: bytes, form: str | None) -> str:
+    """A stored envelope (compact JSON, `"payload":null` last) with the payload its body holds.
+
+    A JSON body in UTF-8 is spliced in as it was received, without parsing it in Python: it was
+    checked as strict JSON at ingest, and jq reads it as it would read the re-encoded value."""
+    if not envelope_json.endswith(_NO_PAYLOAD) or form == TEXT:
+        return envelope_json
+    if form == JSON and not body.startswith(b"\xef\xbb\xbf"):
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None  # UTF-16 or -32 JSON: parsed and re-encoded below
+        if text is not None:
+            return f"{envelope_json[:-len('null}')]}{text}}}"
+    content_type = json.loads(envelope_json).get("content_type") if form is None else None
+    payload = read_payload(body, form, content_type)
+    return f"{envelope_json[:-len('null}')]}{json.dumps(payload, separators=(',', ':'))}}}"
 
 
 def rule_label(index: int | None, rule_id: str | None = None) -> str:

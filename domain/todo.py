@@ -36,6 +36,7 @@ from uuid import UUID
 from domain.errors import Conflict, InvalidArgument
 from domain.events import Aggregate, DomainEvent
 from domain.names import QUARANTINE, TODO_PREFIX, format_id
+from domain.payloads import JSON, carried, json_stored
 
 MAX_ATTEMPTS = 5
 DEFAULT_LEASE = timedelta(seconds=300)
@@ -96,6 +97,14 @@ def check_result(result: Any) -> Any:
     return result
 
 
+def _result_fields(result: Any) -> dict[str, Any]:
+    """A checked result as an event names it: by reference to its bytes (none for no result)."""
+    if check_result(result) is None:
+        return {}
+    ref, data = json_stored(result)
+    return {"result_ref": ref, "result_bytes": data}
+
+
 def fence_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -111,13 +120,18 @@ class TodoOpened(DomainEvent):
     kind: str | None
     title: str
     trust_mode: str
-    payload: Any
     payload_size: int
     idempotency_key: str | None = None
     routing: dict[str, Any] | None = None
     delivery_id: str | None = None
     not_before: datetime | None = None
     """Not claimable before this time (None: at once)."""
+    # `payload` inline before payloads were stored once (docs/adr/0027); now `payload_ref` names
+    # the bytes (for a delivery's todo: its delivery's body) and `payload_form` how to read them.
+    payload: Any = None
+    payload_ref: dict[str, Any] | None = None
+    payload_form: str | None = None
+    payload_bytes: bytes | None = carried()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,16 +157,20 @@ class LeaseRenewed(DomainEvent):
 
 @dataclass(frozen=True, kw_only=True)
 class TodoCompleted(DomainEvent):
-    result: Any = None
+    result: Any = None  # inline before docs/adr/0027; now by reference
     summary: str | None = None
+    result_ref: dict[str, Any] | None = None
+    result_bytes: bytes | None = carried()
 
 
 @dataclass(frozen=True, kw_only=True)
 class TodoFailed(DomainEvent):
-    result: Any = None
+    result: Any = None  # inline before docs/adr/0027; now by reference
     summary: str | None = None
     next_retry_at: datetime | None = None
     dead_letter: bool = False
+    result_ref: dict[str, Any] | None = None
+    result_bytes: bytes | None = carried()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -271,21 +289,28 @@ class Todo(Aggregate):
         delivery_id: str | None = None,
         cause: str = "push",
         not_before: datetime | None = None,
+        payload_ref: dict[str, Any] | None = None,
+        payload_form: str = JSON,
+        payload_bytes: bytes | None = None,
     ) -> Todo:
-        """Opens a pending todo on an endpoint's queue; with `not_before` in the future it is not
-        claimable (nor rung) until then."""
+        """Opens a pending todo on an endpoint's queue; its payload is named by reference (a JSON
+        value is stored as its bytes; a delivery's todo names its delivery's body). With
+        `not_before` in the future it is not claimable (nor rung) until then."""
         if trust_mode not in TRUST_MODES:
             raise InvalidArgument(f"unknown trust mode {trust_mode!r}")
         if not_before is not None and not_before <= now:
             not_before = None  # a time already past delays nothing
+        if payload_ref is None and payload is not None:
+            (payload_ref, payload_bytes), payload_form = json_stored(payload), JSON
         todo = cls()
         todo.id = id
         todo._record(
             TodoOpened,
             timestamp=now, actor=actor, cause=cause, endpoint_id=endpoint_id, queue=queue,
             source=source, kind=kind, title=one_line_title(title), trust_mode=trust_mode,
-            payload=payload, payload_size=payload_size, idempotency_key=idempotency_key,
-            routing=routing, delivery_id=delivery_id, not_before=not_before,
+            payload_size=payload_size, idempotency_key=idempotency_key,
+            routing=routing, delivery_id=delivery_id, not_before=not_before, payload_ref=payload_ref,
+            payload_form=payload_form if payload_ref is not None else None, payload_bytes=payload_bytes,
         )
         return todo
 
@@ -370,7 +395,7 @@ class Todo(Aggregate):
         self._check_holder(now, holder, fence_token)
         self._record(
             TodoCompleted, timestamp=now, actor=holder, cause="complete",
-            result=check_result(result), summary=cut_utf8(summary, SUMMARY_MAX_BYTES),
+            summary=cut_utf8(summary, SUMMARY_MAX_BYTES), **_result_fields(result),
         )
 
     def fail(
@@ -382,7 +407,7 @@ class Todo(Aggregate):
         dead = self.attempt >= MAX_ATTEMPTS
         self._record(
             TodoFailed, timestamp=now, actor=holder, cause="fail",
-            result=check_result(result), summary=cut_utf8(summary, SUMMARY_MAX_BYTES),
+            summary=cut_utf8(summary, SUMMARY_MAX_BYTES), **_result_fields(result),
             next_retry_at=None if dead else now + retry_delay(self.attempt), dead_letter=dead,
         )
 
@@ -506,7 +531,9 @@ class Todo(Aggregate):
                 self.kind = event.kind
                 self.title = event.title
                 self.trust_mode = event.trust_mode
-                self.payload = event.payload
+                self.payload_ref = event.payload_ref
+                self.payload_form = event.payload_form
+                self.payload_bytes = event.payload_bytes
                 self.payload_size = event.payload_size
                 self.idempotency_key = event.idempotency_key
                 self.routing = event.routing
@@ -519,7 +546,7 @@ class Todo(Aggregate):
                 self.holder = self.claimant = self.fence_hash = None
                 self.lease_expires_at = self.next_retry_at = None
                 self.dead_letter = False
-                self.result = None
+                self.result_ref = self.result_bytes = None
                 self.updated_at = event.timestamp
                 self.available_at = event.not_before or event.timestamp
                 self.delayed = event.not_before is not None
@@ -540,12 +567,12 @@ class Todo(Aggregate):
             case TodoCompleted():
                 self._end_attempt(event.timestamp, "completed", event.summary)
                 self.state = DONE
-                self.result = event.result
+                self.result_ref, self.result_bytes = event.result_ref, event.result_bytes
                 self.available_at = None
             case TodoFailed():
                 self._end_attempt(event.timestamp, "failed", event.summary)
                 self.state = FAILED
-                self.result = event.result
+                self.result_ref, self.result_bytes = event.result_ref, event.result_bytes
                 self.next_retry_at = event.next_retry_at
                 self.dead_letter = event.dead_letter
                 self.available_at = event.next_retry_at
@@ -571,7 +598,7 @@ class Todo(Aggregate):
                 self.state = DONE
                 self.next_retry_at = None
                 self.dead_letter = False
-                self.result = None
+                self.result_ref = self.result_bytes = None
                 self.available_at = None
                 self.delayed = False
             case DelayElapsed():

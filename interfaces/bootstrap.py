@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from application.audit import AuditLog, Sealer
 from application.background import ProjectionWorker, TimerScheduler
+from application.retention import RetentionService
 from application.ports import Clock, SystemClock
 from domain.todo import MOVES_TIMER
 from application.service import Switchboard
@@ -38,6 +39,7 @@ class Container:
     engine: JqRuleEngine
     webhooks: Webhooks
     audit: AuditLog
+    retention: RetentionService
 
     def close(self) -> None:
         self.engine.close()
@@ -56,7 +58,8 @@ def build(settings: Settings, *, clock: Clock | None = None) -> Container:
     engine = JqRuleEngine()  # worker processes start on first use
     webhooks = Webhooks(app, engine, DeferredSecretBox(settings.resolved_secret_key))
     audit = AuditLog(SqlChain(store), clock, fast=sorted_json)
-    return Container(settings, clock, store, projector, views, app, engine, webhooks, audit)
+    retention = RetentionService(store, views, clock)
+    return Container(settings, clock, store, projector, views, app, engine, webhooks, audit, retention)
 
 
 @dataclass
@@ -93,6 +96,9 @@ class Background:
         c.store.subscribe(on_commit)
         self._spawn("scheduler", scheduler.run)
         self.workers = (*self.workers, sealer)
+        if c.settings.retention_days is not None:
+            days = c.settings.retention_days
+            self._spawn("retention", lambda stop: c.retention.run_daily(days, stop))
         return self
 
     def _spawn(self, name: str, run) -> None:

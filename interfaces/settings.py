@@ -31,6 +31,7 @@ class Settings:
     base_url_explicit: bool = False  # set by SWITCHBOARD_BASE_URL or --base-url, not derived
     body_timeout: float = DEFAULT_BODY_TIMEOUT_SECONDS
     pg_pool_size: int = 10
+    retention_days: int | None = None  # unset: keep every payload; else serve prunes daily (CONTRACT §14)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -48,6 +49,7 @@ class Settings:
         burst = number(int, "SWITCHBOARD_INGEST_BURST", "100")
         body_timeout = number(float, "SWITCHBOARD_BODY_TIMEOUT", str(DEFAULT_BODY_TIMEOUT_SECONDS))
         pg_pool_size = number(int, "SWITCHBOARD_PG_POOL_SIZE", "10")
+        retention_days = number(int, "SWITCHBOARD_RETENTION_DAYS", "0") if get("SWITCHBOARD_RETENTION_DAYS") else None
         data_dir = get("SWITCHBOARD_DATA_DIR", "./var")
         return cls(
             database_url=get("SWITCHBOARD_DATABASE_URL") or f"sqlite:///{data_dir.rstrip('/')}/switchboard.db",
@@ -62,6 +64,7 @@ class Settings:
             base_url_explicit=bool(get("SWITCHBOARD_BASE_URL")),
             body_timeout=body_timeout,
             pg_pool_size=pg_pool_size,
+            retention_days=retention_days,
         )
 
     def listen_url(self) -> str:
@@ -94,6 +97,10 @@ class Settings:
             raise ConfigurationError(NO_KEY_ON_POSTGRES)
         if not 1 <= self.pg_pool_size <= 1000:
             raise ConfigurationError(f"SWITCHBOARD_PG_POOL_SIZE must be within 1..1000, not {self.pg_pool_size}")
+        if self.retention_days is not None and not 1 <= self.retention_days <= 36500:
+            raise ConfigurationError(
+                f"SWITCHBOARD_RETENTION_DAYS must be a whole number of days within 1..36500 (unset keeps everything),"
+                f" not {self.retention_days}")
 
     def resolved_secret_key(self) -> str:
         """The explicit key, else `<data dir>/secret-key`, generated there (0600) on first use.

@@ -9,6 +9,7 @@ from projections.doorbell import Doorbells
 from projections.fault_traces import FaultTraces
 from projections.idempotency_keys import IdempotencyKeys
 from projections.queue_load import QueueLoad
+from projections.payload_holders import PayloadHolders
 from projections.timers import DueTimers
 from projections.todo_rows import TodoRows
 
@@ -16,4 +17,4 @@ from projections.todo_rows import TodoRows
 def all_projections():
     """Every projection, inline ones first."""
     return (ClaimableQueue(), DueTimers(), Doorbells(), QueueLoad(), TodoRows(), IdempotencyKeys(), Directory(), Deliveries(),
-            Counters(), DeliveryIds(), FaultTraces())
+            Counters(), DeliveryIds(), FaultTraces(), PayloadHolders())

@@ -22,6 +22,7 @@ from application.service import Caller
 from application.webhooks import DEFAULT_REPLAY_LAST, REPLAY_MAX
 from domain.audit import Break
 from domain.endpoint import parse_lifetime
+from domain.retention import parse_age
 from domain.errors import DomainError, InvalidArgument
 from domain.queue import parse_delay
 from interfaces.settings import Settings
@@ -276,8 +277,34 @@ def cmd_todo_list(args, out: Output) -> int:
     return EXIT_OK
 
 
+def _pruned_shown(document: dict[str, Any]) -> dict[str, Any]:
+    """A pruned payload or result as the sentence every surface shows (CONTRACT §14)."""
+    shown = dict(document)
+    for name in ("payload", "result"):
+        note = shown.pop(f"{name}_pruned", None)
+        if note is not None:
+            shown[name] = note["text"]
+    return shown
+
+
 def cmd_todo_show(args, out: Output) -> int:
-    return _act(args, out, lambda c: c.app.get_todo(args.id, caller=CLI))
+    return _act(args, out, lambda c: c.app.get_todo(args.id, caller=CLI), lambda t: _pairs(_pruned_shown(t)))
+
+
+def cmd_retention_prune(args, out: Output) -> int:
+    def text(r: dict[str, Any]) -> str:
+        verb = "would remove" if r["dry_run"] else "removed"
+        line = (f"{verb} {r['payloads']} stored payloads ({r['bytes']:,} bytes) of {r['todos']} todos and"
+                f" {r['deliveries']} deliveries finished before {r['cutoff']}")
+        if "store_bytes_before" in r:
+            line += f"; payload store {r['store_bytes_before']:,} -> {r['store_bytes_after']:,} bytes on disk"
+        return line
+
+    try:
+        age = parse_age(args.older_than)
+    except InvalidArgument as error:
+        raise Usage(f"bad --older-than {args.older_than!r}: {error}") from None
+    return _act(args, out, lambda c: c.retention.prune(age, caller=CLI, dry_run=args.dry_run), text)
 
 
 def cmd_todo_retry(args, out: Output) -> int:
@@ -565,7 +592,11 @@ def _event_text(event: dict[str, Any]) -> str:
     facts = {k: v for k, v in event.items() if k not in ("headers", "payload", "body")}
     lines = [_pairs(facts), "headers:"]
     lines += [f"  {name}: {value}" for name, value in event["headers"].items()]
-    body = event["body"] if event["body"] is not None else json.dumps(event["payload"], indent=2, ensure_ascii=False)
+    facts.pop("payload_pruned", None)
+    if event.get("payload_pruned"):
+        body = event["payload_pruned"]["text"]
+    else:
+        body = event["body"] if event["body"] is not None else json.dumps(event["payload"], indent=2, ensure_ascii=False)
     lines.append(f"body ({event['size']:,} bytes):")
     lines.append(body)
     return "\n".join(lines)
@@ -742,6 +773,13 @@ def build_parser() -> argparse.ArgumentParser:
     projections = groups.add_parser("projections", help="read models").add_subparsers(dest="action", required=True, parser_class=_Parser)
     p = command(projections, "rebuild", cmd_projections_rebuild, "rebuild every read model from the event log")
     p.add_argument("--verify", action="store_true", help="compare a rebuild with the live read models (read-only)")
+
+    retention = groups.add_parser("retention", help="stored payloads of finished work").add_subparsers(
+        dest="action", required=True, parser_class=_Parser)
+    p = command(retention, "prune", cmd_retention_prune,
+                "remove the stored bodies, payloads and results of work finished longer ago than --older-than")
+    p.add_argument("--older-than", required=True, metavar="AGE", help="<n>s|m|h|d, e.g. 30d")
+    p.add_argument("--dry-run", action="store_true", help="count what would go, remove nothing")
 
     audit = groups.add_parser("audit", help="the event log").add_subparsers(dest="action", required=True, parser_class=_Parser)
     p = command(audit, "export", cmd_audit_export, "the event log as JSON lines, each with its prev_hash and hash")

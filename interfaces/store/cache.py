@@ -23,6 +23,17 @@ CACHE_SIZE = 50_000  # aggregates kept per process; the least recently written a
 CACHEABLE = (Todo, IdempotencyKey)
 
 
+def _without_bytes(aggregate: Aggregate) -> Aggregate:
+    """What the cache keeps: the payload bytes an aggregate got from its own commands are left
+    out, so a later read asks the payload store (which knows when retention removed them, in
+    this process or any other) and the cache holds references, not megabytes (docs/adr/0027)."""
+    if getattr(aggregate, "payload_bytes", None) is None and getattr(aggregate, "result_bytes", None) is None:
+        return aggregate
+    slim = aggregate.clone()
+    slim.payload_bytes = slim.result_bytes = None
+    return slim
+
+
 class AggregateCache:
     """Committed copies by id, least recently written forgotten first; safe across threads."""
 
@@ -46,7 +57,7 @@ class AggregateCache:
         with self._lock:
             for aggregate_id, aggregate in aggregates.items():
                 if isinstance(aggregate, CACHEABLE):
-                    self._copies[aggregate_id] = aggregate
+                    self._copies[aggregate_id] = _without_bytes(aggregate)
                     self._copies.move_to_end(aggregate_id)
             while len(self._copies) > self._size:
                 self._copies.popitem(last=False)

@@ -23,7 +23,7 @@ from application.errors import StoreUnavailable
 from application.ports import Clock, Recorded, UnitOfWork
 from domain.events import Aggregate, DomainEvent
 from domain.names import TODO_PREFIX, format_id
-from interfaces.store import schema
+from interfaces.store import blobs, schema
 from interfaces.store.cache import AggregateCache
 from interfaces.store.candidates import CandidatePrefetch
 from interfaces.store.codec import EventCodec
@@ -52,9 +52,10 @@ class SqlEventStore:
         self.datastore: Any = None
         self.recorder: Any = None
         self._prefetch = CandidatePrefetch(self.claimable, clock)
+        self.cache = AggregateCache()
         self.queue_reads = SqlQueueLoad(self.db)
         self.load_estimates = LoadEstimates(self.queue_reads)
-        reads = Reads(load=self.load, claimable=self.claimable, cache=AggregateCache(), prefetch=self._prefetch,
+        reads = Reads(load=self.load, claimable=self.claimable, cache=self.cache, prefetch=self._prefetch,
                       queue_loads=self.load_estimates)
         self.writer = Writer(self._append, reads, clock)
 
@@ -70,7 +71,8 @@ class SqlEventStore:
                 self.recorder = SqliteEventRecorder(self.datastore)
                 self.recorder.create_table()
                 with self.db.transaction() as tx:
-                    schema.migrate(tx, self.projections)
+                    schema.migrate(tx, self.projections, dialect="sqlite")
+                    blobs.upgrade(tx, self.codec.decode, sqlite=True)
             else:
                 # eventsourcing's datastore serves reads (streams, the log) on our pool (never its
                 # own); appends go through the recorder's own one-round-trip connection (recorders.py)
@@ -83,6 +85,7 @@ class SqlEventStore:
                 self.recorder.connections = self.db.connection
                 with self.db.transaction() as tx:
                     schema.create_postgres(tx, self.recorder, self.projections)
+                    blobs.upgrade(tx, self.codec.decode, sqlite=False)
                 schema.compress_read_models(self.db)
         except PersistenceError as error:
             raise StoreUnavailable(f"store unavailable: {error}") from None
@@ -111,10 +114,17 @@ class SqlEventStore:
         return self.writer.run(handler, ReadSource.just_read(hints))
 
     def _append(self, events: list[DomainEvent]) -> Sequence[int] | None:
-        """The writer's one transaction: the events and the inline read models' rows."""
+        """The writer's one transaction: the events, the payloads they name (docs/adr/0027), what a
+        prune among them removes, and the inline read models' rows."""
         stored = [self.codec.to_stored_event(e) for e in events]
-        ops = [op for p in self.inline for e in events for op in p.ops(e, None)]
-        return self.recorder.insert_events(stored, inline_ops=ops, inline_tracking=tuple(p.name for p in self.inline))
+        sqlite = self.url.dialect == "sqlite"
+        ops = blobs.ops_for(blobs.carried_blobs(events), events[0].timestamp, compress=sqlite)
+        pruning, rewritten = blobs.retention_ops(events, self.db.query, sqlite=sqlite)
+        ops += pruning
+        ops += [op for p in self.inline for e in events for op in p.ops(e, None)]
+        positions = self.recorder.insert_events(stored, inline_ops=ops, inline_tracking=tuple(p.name for p in self.inline))
+        self.cache.forget(rewritten)  # their payloads were pruned: read them again
+        return positions
 
     # -- reads
 
@@ -210,6 +220,12 @@ class SqlEventStore:
 
     def event_data(self, event: DomainEvent) -> dict[str, Any]:
         return self.codec.event_data(event)
+
+    def read_payloads(self, digests: Sequence[str]) -> dict[str, blobs.Stored]:
+        """The stored bytes (or prune tombstones) of these payload digests; absent ones left out."""
+        if not digests:
+            return {}
+        return blobs.read(self.db.query, digests)
 
     def claimable(self, endpoint_id: str, queues: Sequence[str], now: datetime, limit: int) -> list[UUID]:
         """Todo ids of the endpoint claimable now in the given queues, oldest first."""

@@ -10,15 +10,17 @@ from typing import Any
 
 import psycopg
 
+from interfaces.store import blobs
 from interfaces.store.database import Database, LockBusy, Tx
 from interfaces.store.queues import REFUSALS_DDL
 from interfaces.store.chain import CHAIN_DDL
 from interfaces.store.rings import RINGS_DDL
 from projections.base import Projection, Tracking
+from projections.deliveries import RETIRED
 
 log = logging.getLogger("switchboard.store")
 
-LZ4_COLUMNS = (("sb_deliveries", "envelope"),)
+LZ4_COLUMNS = (("sb_stored_deliveries", "envelope"), (blobs.TABLE, "data"))
 COMPRESSION_LOCK_TIMEOUT_MS = 1000
 CREATE_LOCK = 715517
 """The advisory lock PostgreSQL processes take while creating the tables."""
@@ -36,13 +38,15 @@ def create_postgres(tx: Tx, recorder: Any, projections: Sequence[Projection]) ->
     # strongest lock, and taking it while holding a projection table's lock would
     # deadlock with a running server's append (events table first, then projections).
     _use_lz4(tx, "stored_events", "state")
-    migrate(tx, projections)
+    migrate(tx, projections, dialect="postgres")
 
 
-def migrate(tx: Any, projections: Sequence[Projection]) -> None:
-    """Our own tables (tracking, rings, each projection's) and a tracking row per projection."""
-    for statement in (*Tracking.DDL, *RINGS_DDL, *CHAIN_DDL, *REFUSALS_DDL):
+def migrate(tx: Any, projections: Sequence[Projection], *, dialect: str) -> None:
+    """Our own tables (tracking, rings, the payload store, each projection's) and a tracking row
+    per projection (none for a projection retired)."""
+    for statement in (*Tracking.DDL, *RINGS_DDL, *CHAIN_DDL, *REFUSALS_DDL, *blobs.DDL[dialect]):
         tx.execute(statement)
+    tx.execute(f"DELETE FROM sb_tracking WHERE name IN ({', '.join(['%s'] * len(RETIRED))})", RETIRED)
     for projection in projections:
         for statement in projection.ddl:
             tx.execute(statement)

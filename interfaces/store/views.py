@@ -9,10 +9,18 @@ from typing import Any
 
 from application.presenters import iso, row
 from domain.queue import RATE_WINDOW
+from domain.routing import envelope_with_payload
+from interfaces.store.blobs import TABLE as PAYLOADS, unpack
 from interfaces.store.database import Database
 from interfaces.store.projector import Projector
 from projections.base import from_micros, micros
 from projections.todo_rows import COLUMNS
+
+
+_ENVELOPES = (
+    "SELECT d.event_id, d.envelope, d.payload_form, b.codec, b.data FROM sb_stored_deliveries d"
+    f" LEFT JOIN {PAYLOADS} b ON b.sha256 = d.body_sha256"
+)
 
 
 def _row(values: Sequence[Any]) -> dict[str, Any]:
@@ -223,19 +231,62 @@ class SqlViews:
         ]
 
     def recent_envelopes(self, webhook_id: str, limit: int) -> list[tuple[str, str]]:
-        """(event_id, envelope JSON) of a webhook's latest deliveries, newest first."""
-        return [
-            (r[0], r[1]) for r in self.db.query(
-                "SELECT event_id, envelope FROM sb_deliveries WHERE webhook_id = %s ORDER BY position DESC LIMIT %s",
-                (webhook_id, limit),
+        """(event_id, envelope JSON) of a webhook's latest deliveries, newest first; each body is
+        spliced in from the payload store, and a delivery whose body was pruned is left out."""
+        return self._envelopes(
+            self.db.query(
+                f"{_ENVELOPES} WHERE d.webhook_id = %s ORDER BY d.position DESC LIMIT %s", (webhook_id, limit)
             )
-        ]
+        )
 
     def delivery_envelope(self, webhook_id: str, event_id: str) -> str | None:
-        rows = self.db.query(
-            "SELECT envelope FROM sb_deliveries WHERE webhook_id = %s AND event_id = %s", (webhook_id, event_id)
+        found = self._envelopes(
+            self.db.query(f"{_ENVELOPES} WHERE d.webhook_id = %s AND d.event_id = %s", (webhook_id, event_id))
         )
-        return rows[0][0] if rows else None
+        return found[0][1] if found else None
+
+    @staticmethod
+    def _envelopes(rows: Sequence[tuple]) -> list[tuple[str, str]]:
+        found = []
+        for event_id, env, form, codec, data in rows:
+            if data is None:
+                continue  # pruned (docs/adr/0027)
+            found.append((event_id, envelope_with_payload(env, unpack(codec, data), form)))
+        return found
+
+    def prunable(self, cutoff: datetime) -> list[tuple[str, int, str]]:
+        """(digest, size, holder) of every stored payload that only work finished before the cutoff
+        names, and that nothing named since (docs/adr/0027)."""
+        at = micros(cutoff)
+        return [(r[0], int(r[1]), r[2]) for r in self.db.query(
+            f"SELECT r.sha256, b.size, r.holder FROM sb_payload_refs r JOIN {PAYLOADS} b ON b.sha256 = r.sha256"
+            " WHERE b.data IS NOT NULL AND b.named_at < %s AND r.sha256 IN ("
+            " SELECT a.sha256 FROM sb_payload_refs a LEFT JOIN sb_payload_holders h ON h.holder = a.holder"
+            " GROUP BY a.sha256"
+            " HAVING SUM(CASE WHEN h.finished_at IS NOT NULL AND h.finished_at < %s THEN 0 ELSE 1 END) = 0)",
+            (at, at),
+        )]
+
+    def inline_events(self, digests: Sequence[str]) -> list[str]:
+        """The old events (`<id hex>:<version>`) that still hold one of these payloads inline."""
+        found: list[str] = []
+        for start in range(0, len(digests), 500):
+            chunk = list(digests[start:start + 500])
+            found += [r[0] for r in self.db.query(
+                f"SELECT event_key FROM sb_inline_payloads WHERE sha256 IN ({', '.join(['%s'] * len(chunk))})", chunk)]
+        return sorted(set(found))
+
+    def payload_store_size(self) -> int:
+        """Bytes the payload store takes on disk (SQLite: the whole file, which VACUUM shrinks)."""
+        if self.db.dialect == "sqlite":
+            page_size = self.db.query("PRAGMA page_size")[0][0]
+            return int(self.db.query("PRAGMA page_count")[0][0]) * int(page_size)
+        return int(self.db.query(f"SELECT pg_total_relation_size('{PAYLOADS}')")[0][0])
+
+    def give_space_back(self) -> None:
+        """VACUUM after a prune: SQLite rewrites the file without the freed pages; PostgreSQL frees
+        the rows' space for reuse (and returns the table's empty tail to the system)."""
+        self.db.query("VACUUM" if self.db.dialect == "sqlite" else f"VACUUM {PAYLOADS}")
 
     def list_deliveries(self, *, webhook_id: str | None, endpoint_ids: Sequence[str] | None, limit: int,
                         before: int | None) -> tuple[list[dict[str, Any]], int | None]:
@@ -256,7 +307,7 @@ class SqlViews:
         rows = self.db.query(
             "SELECT d.event_id, d.webhook_id, d.endpoint_id, d.source, d.kind, d.trust_mode, d.verified,"
             " d.disposition, d.size, d.todo_count, d.received_at, d.position, d.routing, i.delivery_id"
-            f" FROM sb_deliveries d LEFT JOIN sb_delivery_ids i ON i.event_id = d.event_id{clause}"
+            f" FROM sb_stored_deliveries d LEFT JOIN sb_delivery_ids i ON i.event_id = d.event_id{clause}"
             " ORDER BY d.position DESC LIMIT %s", (*params, limit + 1),
         )
         more = len(rows) > limit

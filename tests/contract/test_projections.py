@@ -61,7 +61,7 @@ def test_a_projection_behind_the_others_catches_up_without_moving_them_back(sb, 
     head = max(projector.positions().values())
     before = snapshot(sb)
     with sb.container.store.db.transaction() as tx:
-        tx.execute("DELETE FROM sb_deliveries")
+        tx.execute("DELETE FROM sb_stored_deliveries")
         tx.execute("UPDATE sb_tracking SET position = 0 WHERE name = 'deliveries'")
     monkeypatch.setattr(module, "PAGE", 5)  # several pages, each below the others' position
 

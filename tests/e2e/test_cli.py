@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import json
 import re
 import subprocess
@@ -325,7 +327,9 @@ def test_audit_export(store_url, tmp_path, make_container):
     types = [r["type"] for r in records]
     assert types[:2] == ["OperatorCreated", "EndpointVended"] and "TodoOpened" in types
     opened = next(r for r in records if r["type"] == "TodoOpened")
-    assert opened["aggregate"] == todo_id and opened["data"]["payload"] == {"x": 1}
+    # the payload by reference to the payload store (docs/adr/0027), as the audit chain seals it
+    assert opened["aggregate"] == todo_id and opened["data"]["payload_ref"] == {
+        "sha256": hashlib.sha256(b'{"x":1}').hexdigest(), "size": 7}
     # every aggregate is named by its public id, as everywhere else (`audit export | grep td_…` works)
     assert (opened["aggregate_type"], records[1]["aggregate_type"]) == ("todo", "endpoint")
     assert records[1]["aggregate"] == endpoint["endpoint_id"]
@@ -434,3 +438,27 @@ def test_bad_or_unreachable_store(tmp_path):
     # the flag overrides the environment
     flag = Cli(UNREACHABLE_PG, tmp_path).run("--database-url", "mysql://y", "endpoint", "list")
     assert "mysql://y" in flag.refused("invalid_configuration")
+
+
+def test_retention_prune_counts_removes_and_todo_show_says_so(store_url, tmp_path, make_container):
+    clock = ManualClock(datetime.now(timezone.utc) - timedelta(days=3))
+    app, endpoint = _seed(make_container, store_url, clock=clock)
+    agent = Caller("endpoint", endpoint["slug"])
+    done = app.push(endpoint["slug"], "old and done", caller=CLI, payload={"big": "x" * 500})["todo"]["id"]
+    live = app.push(endpoint["slug"], "old but live", caller=CLI, payload={"keep": True})["todo"]["id"]
+    app.claim(done, caller=agent)
+    app.complete(done, caller=agent, result={"ok": 1})
+    cli = Cli(store_url, tmp_path)
+
+    assert cli.run("retention", "prune", "--older-than", "1w").code == 2  # a usage error, named
+    dry = cli.json("retention", "prune", "--older-than", "1d", "--dry-run")
+    assert (dry["todos"], dry["payloads"], dry["dry_run"]) == (1, 2, True)
+    text = cli.run("retention", "prune", "--older-than", "1d").ok().stdout
+    assert text.startswith("removed 2 stored payloads") and "payload store" in text
+
+    shown = pairs(cli.run("todo", "show", done).ok().stdout)
+    assert re.fullmatch(r"payload pruned at \S+Z \(sha256 [0-9a-f]{64}, \d+ bytes\)", shown["payload"]), shown
+    assert shown["result"].startswith("result pruned at ")
+    assert cli.json("todo", "show", live)["payload"] == {"keep": True}
+    assert cli.json("projections", "rebuild", "--verify")["verified"] is True
+    assert cli.json("retention", "prune", "--older-than", "1d")["payloads"] == 0

@@ -537,7 +537,7 @@ def test_bodies_that_are_not_storable_text_are_kept_as_raw_text(stack, router, h
     assert {answer["event_id"], nul["event_id"], pair["event_id"]} <= listed
     deadline = time.monotonic() + 5
     while "projections tick failed" not in stack.server.stderr() and time.monotonic() < deadline:
-        if stack.scalar("SELECT count(*) FROM sb_deliveries WHERE event_id = %s", (answer["event_id"],)):
+        if stack.scalar("SELECT count(*) FROM sb_stored_deliveries WHERE event_id = %s", (answer["event_id"],)):
             break
         time.sleep(0.05)
     assert "projections tick failed" not in stack.server.stderr(), stack.server.output()

@@ -11,6 +11,7 @@ from uuid import UUID
 import pytest
 
 from domain.errors import Conflict, InvalidArgument
+from domain.payloads import ref_of
 from domain.todo import (
     CLAIMED,
     DONE,
@@ -440,8 +441,10 @@ def test_completing_makes_the_todo_done_with_its_result():
     todo.complete(now=DURING_LEASE, holder=HOLDER, result={"pr": 42}, summary="merged")
     event = only_event(todo)
     assert isinstance(event, TodoCompleted)
-    assert (event.result, event.summary, event.actor, event.cause) == ({"pr": 42}, "merged", HOLDER, "complete")
-    assert (todo.state, todo.result, todo.holder, todo.lease_expires_at) == (DONE, {"pr": 42}, None, None)
+    assert (event.summary, event.actor, event.cause) == ("merged", HOLDER, "complete")
+    # the result by reference to its bytes (docs/adr/0027), which travel with the event to the store
+    assert event.result_bytes == b'{"pr":42}' and event.result_ref == ref_of(b'{"pr":42}')
+    assert (todo.state, todo.result_bytes, todo.holder, todo.lease_expires_at) == (DONE, b'{"pr":42}', None, None)
     assert not todo.is_claimable(hour(100)) and not todo.is_live
 
 
@@ -772,7 +775,7 @@ def test_discarding_ends_an_unclaimed_quarantined_todo_as_done_with_no_result():
         todo.discard(now=hour(2), actor=OPERATOR, summary="noise")
         event = only_event(todo)
         assert isinstance(event, TodoDiscarded) and event.summary == "noise"
-        assert (todo.state, todo.result, todo.next_retry_at, todo.is_claimable(hour(9))) == (DONE, None, None, False)
+        assert (todo.state, todo.result_ref, todo.next_retry_at, todo.is_claimable(hour(9))) == (DONE, None, None, False)
         assert_refused(todo, lambda: todo.discard(now=hour(3), actor=OPERATOR))
 
 

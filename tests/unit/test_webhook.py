@@ -3,6 +3,8 @@ then events or an error (CONTRACT §4, §5, §7, §11 Routes)."""
 
 from __future__ import annotations
 
+import hashlib
+
 from datetime import datetime, timedelta, timezone
 from functools import partial
 from uuid import UUID
@@ -402,7 +404,7 @@ def delivery_fields(**overrides):
         webhook_id=WEBHOOK_ID, endpoint_id=OWNER, source="github", kind="issues", trust_mode="signed",
         verified=True, remote_addr="203.0.113.9", content_type="application/json", size=11,
         headers={"x-github-event": "issues", "x-hub-signature-256": "«redacted»"}, body=b'{"a": "b"}\n',
-        delivery_key=f"{WEBHOOK_ID}:d-1", disposition="routed",
+        payload_form="json", delivery_key=f"{WEBHOOK_ID}:d-1", disposition="routed",
         routing={"stage": "default", "action": {"queue": "builds"}},
         todos=[{"id": "td_" + "1" * 32, "endpoint_id": OWNER, "queue": "builds", "created": True}],
     )
@@ -422,8 +424,12 @@ def test_accept_records_the_delivery_with_its_decision_and_todos():
     for name, value in fields.items():
         if name != "body":
             assert getattr(event, name) == value, name
-        assert getattr(delivery, name) == value, name
-    assert (event.body, event.body_encoding) == (fields["body"].decode(), "utf-8")  # UTF-8 kept as text
+            assert getattr(delivery, name) == value, name
+    # the body by reference (docs/adr/0027): its digest in the event, its bytes carried to the store
+    body = fields["body"]
+    assert (event.body, event.body_encoding) == (None, None)
+    assert event.body_ref == {"sha256": hashlib.sha256(body).hexdigest(), "size": len(body)}
+    assert event.body_bytes == body == delivery.body_bytes
     assert delivery.event_id == DELIVERY_PREFIX + DELIVERY_UUID.hex
     assert delivery.received_at == T0
 
@@ -437,7 +443,7 @@ def test_a_replayed_delivery_has_the_same_facts():
 
     assert replayed.event_id == accepted.event_id
     assert (replayed.disposition, replayed.todos, replayed.routing["rule_id"]) == ("dropped", [], "r0")
-    assert replayed.body == b'{"a": "b"}\n'
+    assert replayed.body_ref["sha256"] == hashlib.sha256(b'{"a": "b"}\n').hexdigest()
     assert replayed.version == 1
 
 
@@ -449,11 +455,10 @@ def test_accept_requires_every_field():
         Delivery.accept(id=DELIVERY_UUID, now=T0, actor="webhook:x", **fields)
 
 
-def test_a_body_that_is_not_utf8_is_kept_exactly_as_base64():
+def test_a_body_that_is_not_utf8_is_kept_exactly():
     raw = b"\xff\xfe binary \x00"
-    delivery = Delivery.accept(id=DELIVERY_UUID, now=T0, actor="webhook:x", **delivery_fields(body=raw))
+    delivery = Delivery.accept(id=DELIVERY_UUID, now=T0, actor="webhook:x", **delivery_fields(body=raw, payload_form="text"))
 
     event = only_event(delivery)
 
-    assert event.body_encoding == "base64"
-    assert Delivery.replay([event]).body == raw
+    assert event.body_bytes == raw and event.body_ref["size"] == len(raw)

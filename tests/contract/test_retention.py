@@ -1,0 +1,156 @@
+"""Retention (CONTRACT §14): only the payloads of finished work older than the cutoff go; the
+events stay with their digests, the read models still rebuild the same, the space is given back."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import timedelta
+from uuid import uuid4
+
+import pytest
+
+from domain.errors import InvalidArgument
+from domain.retention import parse_age
+from domain.todo import Todo
+from tests.contract.harness import CLI, agent, unique
+from tests.contract.test_payloads_once import BODY, fan_out, github
+
+BATCH = 500
+HOLDER = "endpoint:bulk"
+
+
+def open_many(sb, endpoint_id: str, count: int, tag: str, *, finish: bool) -> list[str]:
+    """`count` todos with distinct payloads, in commands of BATCH todos (each one commit); finished
+    ones are claimed and completed with a result (or failed for good, every fourth)."""
+    ids: list[str] = []
+    for start in range(0, count, BATCH):
+        def handler(uow, start=start):
+            for n in range(start, min(start + BATCH, count)):
+                payload = {"tag": tag, "n": n, "text": f"{tag}-{n}-" + "x" * 300}
+                todo = Todo.open(id=uuid4(), now=uow.now, actor="operator:cli", endpoint_id=endpoint_id,
+                                 queue="work", source="operator", title=f"{tag} {n}", trust_mode="operator",
+                                 payload=payload, payload_size=len(json.dumps(payload)))
+                if finish and n % 4 == 0:  # a dead letter: five attempts failed
+                    at = uow.now
+                    while not todo.dead_letter:
+                        if todo.state == "failed":
+                            at = todo.next_retry_at
+                            todo.requeue_due(now=at)
+                        todo.claim(now=at, holder=HOLDER, lease=timedelta(seconds=60))
+                        todo.fail(now=at, holder=HOLDER, result={"failed": n})
+                elif finish:
+                    todo.claim(now=uow.now, holder=HOLDER, lease=timedelta(seconds=60))
+                    todo.complete(now=uow.now, holder=HOLDER, result={"done": n})
+                uow.add(todo)
+                ids.append(todo.todo_id)
+        sb.container.store.run(handler)
+    return ids
+
+
+def test_age_is_n_seconds_minutes_hours_or_days():
+    assert [parse_age(t) for t in ("30d", "12h", "90m", "3600s")] == [
+        timedelta(days=30), timedelta(hours=12), timedelta(minutes=90), timedelta(seconds=3600)]
+    for bad in ("30", "0d", "-1d", "1w", "d", "1.5h", "99999999999d"):
+        with pytest.raises(InvalidArgument):
+            parse_age(bad)
+
+
+def test_only_the_payloads_of_finished_work_older_than_the_cutoff_go(sb):
+    endpoint = sb.app.vend(unique("bulk"), queues=["work"], caller=CLI)
+    finished = open_many(sb, endpoint["endpoint_id"], 10_000, "old-done", finish=True)
+    old_live = open_many(sb, endpoint["endpoint_id"], 500, "old-live", finish=False)
+    hook, hooked = fan_out(sb, 1)
+    routed = github(sb, hook)  # its todo completes below: the body goes with it
+    kept = github(sb, hook, BODY.replace(b'"number": 12', b'"number": 14'))  # its todo stays live
+    me = agent(hooked[0])
+    sb.app.claim(routed["id"], caller=me)
+    sb.app.complete(routed["id"], caller=me, summary="done")
+    sb.clock.advance(days=31)
+    new_live = open_many(sb, endpoint["endpoint_id"], 500, "new-live", finish=False)
+    sb.container.projector.catch_up()
+    size_before = sb.container.views.payload_store_size()
+    if not sb.url.startswith("sqlite"):
+        live_before, free_before = live_bytes(sb), free_bytes(sb)
+
+    dry = sb.container.retention.prune("30d", caller=CLI, dry_run=True)
+    assert (dry["todos"], dry["deliveries"], dry["payloads"]) == (10_001, 1, 20_001)
+    assert sb.container.store.db.query("SELECT count(*) FROM sb_blobs WHERE data IS NULL")[0][0] == 0
+    done = sb.container.retention.prune("30d", caller=CLI)
+
+    assert (done["todos"], done["deliveries"], done["payloads"]) == (10_001, 1, 20_001)
+    # the prune is one event with its range and counts
+    log = sb.container.store.read_log(done["through_position"], 10)
+    event = [r.event for r in log if type(r.event).__name__ == "PayloadsPruned"][-1]
+    assert (event.older_than_seconds, event.payloads, event.todos, event.deliveries) == (30 * 86400, 20_001, 10_001, 1)
+    assert event.cutoff == sb.clock.now() - timedelta(days=30)
+    # finished: shown as pruned, by digest; live: intact, and claimable
+    for todo_id in finished[::997]:
+        shown = sb.app.get_todo(todo_id, caller=CLI)
+        assert shown["payload"] is None and shown["result"] is None
+        assert shown["payload_pruned"]["text"].startswith(f"payload pruned at {done['cutoff'][:4]}")
+        assert shown["payload_pruned"]["text"].endswith(f"bytes)") and shown["result_pruned"]["size"] > 0
+    assert sb.app.get_todo(routed["id"], caller=CLI)["payload_pruned"]["sha256"] == hashlib.sha256(BODY).hexdigest()
+    event_shown = sb.container.webhooks.get_event(routed["event_id"], caller=CLI)
+    assert event_shown["payload"] is None and event_shown["payload_pruned"]["size"] == len(BODY)
+    assert sb.container.webhooks.get_event(kept["event_id"], caller=CLI)["payload"]["issue"]["number"] == 14
+    for todo_id in old_live[::97] + new_live[::97]:
+        assert sb.app.get_todo(todo_id, caller=CLI)["payload"]["tag"] in ("old-live", "new-live")
+    claimed = sb.app.claim_next(caller=agent(endpoint))["todo"]
+    assert claimed["payload"]["tag"] == "old-live" and "payload_pruned" not in claimed
+    history = sb.app.history(finished[0], caller=CLI)["events"]
+    assert history[0]["data"]["payload"] is None and history[0]["data"]["payload_pruned"]["sha256"]
+    # the read models rebuild the same; a second prune finds nothing
+    assert sb.container.projector.verify() == []
+    assert sb.container.retention.prune("30d", caller=CLI)["payloads"] == 0
+    # space given back: SQLite's VACUUM shrinks the file; PostgreSQL's VACUUM frees the rows'
+    # space for the table to reuse (pgstattuple, in this test's own database, measures it)
+    if sb.url.startswith("sqlite"):
+        assert done["store_bytes_after"] < size_before - 0.8 * done["bytes"], done
+    else:
+        assert live_bytes(sb) < live_before - 0.8 * done["bytes"], done
+        assert free_bytes(sb) > free_before + 0.8 * done["bytes"], done
+
+
+def _stattuple(sb, column: str) -> int:
+    db = sb.container.store.db
+    db.query("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+    return int(db.query(
+        f"SELECT sum(s.{column}) FROM pg_class c, LATERAL (SELECT c.oid UNION ALL SELECT c.reltoastrelid) r(oid),"
+        " LATERAL pgstattuple(r.oid) s WHERE c.relname = 'sb_blobs'")[0][0])
+
+
+def live_bytes(sb) -> int:
+    return _stattuple(sb, "tuple_len")
+
+
+def free_bytes(sb) -> int:
+    return _stattuple(sb, "free_space")
+
+
+def test_a_payload_named_again_since_the_cutoff_is_kept(sb):
+    hook, hooked = fan_out(sb, 1)
+    first = github(sb, hook)
+    me = agent(hooked[0])
+    sb.app.claim(first["id"], caller=me)
+    sb.app.complete(first["id"], caller=me)
+    sb.clock.advance(days=31)
+    again = github(sb, hook)  # the same bytes, delivered anew: a live todo names them
+
+    assert sb.container.retention.prune("30d", caller=CLI)["payloads"] == 0
+    assert sb.app.get_todo(again["id"], caller=CLI)["payload"] == json.loads(BODY)
+    assert sb.app.get_todo(first["id"], caller=CLI)["payload"] == json.loads(BODY)
+
+
+def test_a_dead_letter_retried_after_its_prune_says_so(sb):
+    endpoint = sb.app.vend(unique("dead"), queues=["work"], caller=CLI)
+    todo = sb.app.push(endpoint["slug"], "doomed", caller=CLI, payload={"big": "x" * 1000})["todo"]
+    sb.fail_until_dead(endpoint, todo["id"])
+    sb.clock.advance(days=2)
+    assert sb.container.retention.prune("1d", caller=CLI)["todos"] == 1
+
+    sb.app.retry(todo["id"], caller=CLI)
+    claimed = sb.app.claim_next(caller=agent(endpoint))["todo"]
+
+    assert claimed["id"] == todo["id"] and claimed["payload"] is None
+    assert claimed["payload_pruned"]["text"].startswith("payload pruned at ")
