@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 from uuid import UUID
 
+from application.explain import explain
 from application.ports import Clock, EventStore, UnitOfWork
 from application.presenters import endpoint_view, iso, todo_full, todo_row
 from domain.endpoint import Endpoint, credential_hash, endpoint_uuid, endpoint_uuid_of
@@ -745,6 +746,15 @@ class Switchboard:
                 "data": _shown(data), **({"omitted": omitted} if omitted else {}),
             })
         return {"todo_id": todo.todo_id, "events": events}
+
+    def explain(self, todo_id: str, *, caller: Caller) -> dict[str, Any]:
+        """`{state, because, story}`: the todo's story in sentences, from its events, the delivery that
+        opened it and its endpoint's; whoever may read the todo may read its story (foreign ≡ unknown)."""
+        todo = self._visible_todo(todo_id, caller)
+        delivery = parse_id(DELIVERY_PREFIX, todo.delivery_id)
+        return explain(self.store.stream(todo.id), now=self.clock.now(),
+                       delivery=self.store.stream(delivery) if delivery is not None else (),
+                       endpoint_stream=self.store.stream(endpoint_uuid_of(todo.endpoint_id)))
 
     def list_todos(
         self, *, caller: Caller, endpoint: str | None = None, state: str | None = None,
