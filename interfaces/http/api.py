@@ -184,6 +184,10 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed) -> Ro
     async def todo_history(request: Request, todo_id: FromPath[str]) -> dict[str, Any]:
         return await _run(app.history, todo_id, caller=caller_of(request))
 
+    @get("/todos/{todo_id:str}/explain", summary="A todo's story in sentences and why it is in its state")
+    async def todo_explain(request: Request, todo_id: FromPath[str]) -> dict[str, Any]:
+        return await _run(app.explain, todo_id, caller=caller_of(request))
+
     @post("/todos/{todo_id:str}/claim", status_code=HTTP_200_OK, summary="Claim a todo as this operator")
     async def claim(request: Request, todo_id: FromPath[str], data: JSONBody[LeaseBody | None] = None) -> dict[str, Any]:
         ttl = data.lease_ttl_seconds if data else None
@@ -331,7 +335,7 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed) -> Ro
         return ServerSentEvent(_transitions(feed, owner, int(last) if last is not None else None, ends_at))
 
     handlers = [
-        list_todos, get_todo, todo_history, claim, extend, complete, fail, release, retry, move, discard,
+        list_todos, get_todo, todo_history, todo_explain, claim, extend, complete, fail, release, retry, move, discard,
         vend, list_endpoints, revoke, push, list_webhooks, create_webhook, rotate_webhook, delete_webhook,
         get_rules, put_rules, test_rules, replay_rules, list_events, get_event, stream,
     ]
