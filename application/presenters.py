@@ -1,12 +1,27 @@
-"""How todos and endpoints look to every interface (CLI, HTTP, MCP): plain JSON-ready dicts."""
+"""How things look to every interface (CLI, HTTP, MCP, board): plain JSON-ready dicts.
+
+The one place answers are shaped: handlers return domain objects or small result values, and
+the facades (application/service.py, application/webhooks.py) present them with these.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from domain.delivery import Delivery, delivery_id_of
 from domain.endpoint import Endpoint
+from domain.ingest import parse_payload
+from domain.names import REDACTED
 from domain.todo import MAX_ATTEMPTS, PRIOR_ATTEMPTS_SHOWN, Todo
+from domain.webhook import Webhook
+
+if TYPE_CHECKING:
+    from application.ingest import Ingested
+
+# Event fields never shown by history or audit export (they stay in the log).
+REDACTED_FIELDS = ("password_hash",)
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -16,25 +31,26 @@ def iso(moment: datetime | None) -> str | None:
     return moment.isoformat().replace("+00:00", "Z")
 
 
+def row(*, todo_id: str, queue: str, source: str, kind: str | None, title: str, state: str, trust_mode: str,
+        owner: str | None, attempt: int, lease_expires_at: datetime | None, next_retry_at: datetime | None,
+        dead_letter: bool, created_at: datetime | None, payload_size: int | None) -> dict[str, Any]:
+    """A todo's row (everything but the payload), from a Todo or from the read model's columns."""
+    return {
+        "id": todo_id, "queue": queue, "source": source, "kind": kind, "title": title, "state": state,
+        "trust_mode": trust_mode, "owner": owner, "attempt": attempt, "max_attempts": MAX_ATTEMPTS,
+        "lease_expires_at": iso(lease_expires_at), "next_retry_at": iso(next_retry_at),
+        "dead_letter": dead_letter, "created_at": iso(created_at), "payload_size": payload_size,
+    }
+
+
 def todo_row(todo: Todo) -> dict[str, Any]:
     """A row: everything but the payload."""
-    return {
-        "id": todo.todo_id,
-        "queue": todo.queue,
-        "source": todo.source,
-        "kind": todo.kind,
-        "title": todo.title,
-        "state": todo.state,
-        "trust_mode": todo.trust_mode,
-        "owner": todo.holder,
-        "attempt": todo.attempt,
-        "max_attempts": MAX_ATTEMPTS,
-        "lease_expires_at": iso(todo.lease_expires_at),
-        "next_retry_at": iso(todo.next_retry_at),
-        "dead_letter": todo.dead_letter,
-        "created_at": iso(todo.created_at),
-        "payload_size": todo.payload_size,
-    }
+    return row(
+        todo_id=todo.todo_id, queue=todo.queue, source=todo.source, kind=todo.kind, title=todo.title,
+        state=todo.state, trust_mode=todo.trust_mode, owner=todo.holder, attempt=todo.attempt,
+        lease_expires_at=todo.lease_expires_at, next_retry_at=todo.next_retry_at, dead_letter=todo.dead_letter,
+        created_at=todo.created_at, payload_size=todo.payload_size,
+    )
 
 
 def todo_full(todo: Todo, *, lease_token: str | None = None) -> dict[str, Any]:
@@ -60,6 +76,15 @@ def todo_full(todo: Todo, *, lease_token: str | None = None) -> dict[str, Any]:
     return full
 
 
+def claimed(taken: Sequence[tuple[Todo, str | None]], *, batch: bool) -> dict[str, Any]:
+    """claim_next's answer: `{empty, todo?}`, or with `max`, `{empty, todos}`."""
+    if batch:
+        return {"empty": not taken, "todos": [todo_full(t, lease_token=fence) for t, fence in taken]}
+    if not taken:
+        return {"empty": True}
+    return {"empty": False, "todo": todo_full(taken[0][0], lease_token=taken[0][1])}
+
+
 def endpoint_view(endpoint: Endpoint) -> dict[str, Any]:
     return {
         "endpoint_id": endpoint.endpoint_id,
@@ -76,3 +101,102 @@ def endpoint_view(endpoint: Endpoint) -> dict[str, Any]:
         "revoked": endpoint.revoked,
         "created_at": iso(endpoint.created_at),
     }
+
+
+def with_status(row: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """An endpoint row with its `status` now: `revoked`, `expired` (past `expires_at`, which
+    `Endpoint.is_active` treats as revoked) or `active`."""
+    expired = row["expires_at"] and datetime.fromisoformat(row["expires_at"]) <= now
+    return row | {"status": "revoked" if row["revoked"] else "expired" if expired else "active"}
+
+
+def vended(endpoint: Endpoint, credential: str, base_url: str) -> dict[str, Any]:
+    """A vended endpoint with its credential (shown this once) and a ready MCP client config."""
+    mcp_url = f"{base_url}/mcp/{endpoint.slug}"
+    return {
+        "endpoint_id": endpoint.endpoint_id,
+        "slug": endpoint.slug,
+        "mcp_url": mcp_url,
+        "credential": credential,
+        "queues": list(endpoint.queues),
+        "verbs": list(endpoint.verbs),
+        "expires_at": iso(endpoint.expires_at),
+        "mcp_json": {"mcpServers": {"switchboard": {
+            "type": "http", "url": mcp_url, "headers": {"Authorization": f"Bearer {credential}"},
+        }}},
+    }
+
+
+def default_lease_view(endpoint: Endpoint) -> dict[str, Any]:
+    return {
+        "default_lease_ttl_seconds": endpoint.default_lease_seconds,
+        "effective_lease_ttl_seconds": int(endpoint.default_lease.total_seconds()),
+    }
+
+
+def shown(data: dict[str, Any]) -> dict[str, Any]:
+    """An event's data with the fields never shown replaced by the redaction mark."""
+    for name in REDACTED_FIELDS:
+        if name in data:
+            data[name] = REDACTED
+    return data
+
+
+def minted(webhook: Webhook, ingest_url: str, secret: str | None) -> dict[str, Any]:
+    """A created or rotated webhook: its URL (and signing secret), shown this once."""
+    answer = {
+        "webhook_id": webhook.webhook_id, "ingest_url": ingest_url,
+        "source_type": webhook.source_type, "target_queue": webhook.target_queue,
+        "trust_mode": webhook.trust_mode,
+    }
+    if secret is not None:
+        answer["signing_secret"] = secret
+    return answer
+
+
+def routes_view(webhook: Webhook) -> dict[str, Any]:
+    return {
+        "webhook_id": webhook.webhook_id, "owner_endpoint_id": webhook.endpoint_id,
+        "routes": [{"target_endpoint_id": t, "granted_at": iso(at)} for t, at in webhook.routes],
+    }
+
+
+def ceiling(endpoint: Endpoint) -> dict[str, Any]:
+    """How many webhooks an endpoint may have and uses, and what they may name."""
+    return {
+        "max": endpoint.webhook_max, "used": len(endpoint.webhook_ids),
+        "allowed_source_types": list(endpoint.source_types), "allowed_queues": list(endpoint.webhook_queues),
+    }
+
+
+def delivery_view(delivery: Delivery, *, raw_body: bool = False) -> dict[str, Any]:
+    """One delivery with redacted headers and payload, and the sender's delivery id; `body` is the
+    body as received when it is not JSON, or always with `raw_body`."""
+    payload = parse_payload(delivery.body, delivery.content_type)
+    return {
+        "id": delivery.event_id, "delivery_id": delivery_id_of(delivery.delivery_key),
+        "webhook_id": delivery.webhook_id, "endpoint_id": delivery.endpoint_id,
+        "source": delivery.source, "kind": delivery.kind, "trust_mode": delivery.trust_mode,
+        "verified": delivery.verified, "remote_addr": delivery.remote_addr,
+        "content_type": delivery.content_type, "size": delivery.size, "headers": delivery.headers,
+        "payload": payload,
+        "body": None if payload is not None and not raw_body else delivery.body.decode(errors="replace"),
+        "disposition": delivery.disposition, "routing": delivery.routing, "todos": delivery.todos,
+        "received_at": iso(delivery.received_at),
+    }
+
+
+def accepted(ingested: Ingested) -> dict[str, Any]:
+    """The 202 body of an accepted delivery."""
+    todos, decision = ingested.todos, ingested.decision
+    first = todos[0] if todos else None
+    answer: dict[str, Any] = {
+        "todos": todos, "created": sum(1 for t in todos if t["created"]),
+        "id": first["id"] if first else None, "queue": first["queue"] if first else None,
+        "verified": ingested.verified, "trust_mode": ingested.trust_mode, "event_id": ingested.event_id,
+    }
+    if decision.drop:
+        answer["dropped"] = True
+    if decision.faulted:
+        answer["faulted"] = True
+    return answer

@@ -25,6 +25,7 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
+from application.access import visible_owner
 from application.feed import TransitionFeed
 from application.service import Switchboard
 from application.webhooks import Webhooks
@@ -325,7 +326,7 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed) -> Ro
                      "position; without it the stream starts at the present.")
     async def stream(request: Request) -> ServerSentEvent:
         caller = caller_of(request)
-        owner = None if caller.superuser else caller.name
+        owner = visible_owner(caller)
         last = request.headers.get("last-event-id")
         if last is not None and not _POSITION.fullmatch(last.strip()):
             raise InvalidArgument("Last-Event-ID must be a log position")

@@ -7,8 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from application.presenters import iso
-from domain.todo import MAX_ATTEMPTS
+from application.presenters import iso, row
 from interfaces.store.database import Database
 from interfaces.store.projector import Projector
 from projections.base import from_micros, micros
@@ -17,14 +16,12 @@ from projections.todo_rows import COLUMNS
 
 def _row(values: Sequence[Any]) -> dict[str, Any]:
     r = dict(zip(COLUMNS, values))
-    return {
-        "id": r["todo_id"], "queue": r["queue"], "source": r["source"], "kind": r["kind"],
-        "title": r["title"], "state": r["state"], "trust_mode": r["trust_mode"], "owner": r["owner"],
-        "attempt": r["attempt"], "max_attempts": MAX_ATTEMPTS,
-        "lease_expires_at": iso(from_micros(r["lease_expires_at"])),
-        "next_retry_at": iso(from_micros(r["next_retry_at"])), "dead_letter": bool(r["dead_letter"]),
-        "created_at": iso(from_micros(r["created_at"])), "payload_size": r["payload_size"],
-    }
+    return row(
+        todo_id=r["todo_id"], queue=r["queue"], source=r["source"], kind=r["kind"], title=r["title"],
+        state=r["state"], trust_mode=r["trust_mode"], owner=r["owner"], attempt=r["attempt"],
+        lease_expires_at=from_micros(r["lease_expires_at"]), next_retry_at=from_micros(r["next_retry_at"]),
+        dead_letter=bool(r["dead_letter"]), created_at=from_micros(r["created_at"]), payload_size=r["payload_size"],
+    )
 
 
 def queue_counts_sql(where: str = "") -> str:

@@ -1,0 +1,194 @@
+"""Ingest: one delivery to a webhook URL, verified, routed by its rules, recorded.
+
+Ingest does its slow, refusable work (token lookup, signature, rule evaluation in a worker
+process) before the write side, so a refused delivery leaves no trace; then ONE command
+appends the DeliveryAccepted event with every todo it mints (all or nothing), and the 202
+is sent only after that append is durable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID, uuid4
+
+from application.access import holder_of, webhook_uuid
+from application.ports import Clock, EventStore, RuleEngine, SecretBox, UnitOfWork, Views
+from application.rules import rule_set_of
+from application.todos import open_or_reuse
+from domain.delivery import DELIVERY_PREFIX, Delivery
+from domain.endpoint import Endpoint, endpoint_uuid_of
+from domain.errors import NotFound
+from domain.events import Aggregate
+from domain.idempotency import IdempotencyKey, key_uuid
+from domain.ingest import (
+    check_single_signatures, delivery_id, delivery_kind, derive_title, parse_payload, redact_headers, trust_of,
+    verify_signature,
+)
+from domain.names import QUARANTINE
+from domain.routing import Decision, NoMatch, RuleSet, decide, envelope
+from domain.todo import Todo
+from domain.webhook import Webhook
+
+MEMO_SIZE = 10_000
+_TOKEN = re.compile(r"[0-9a-f]{32}")
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """What one accepted delivery did: the todos it opened or found (as its event records them)."""
+
+    todos: list[dict[str, Any]]
+    verified: bool
+    trust_mode: str
+    event_id: str
+    decision: Decision
+
+
+def _delivery_key(webhook_id: str, headers: Mapping[str, str], source_type: str, cairn: dict | None,
+                  body: bytes) -> str:
+    """The idempotency key of a delivery: the webhook, then the sender's delivery id."""
+    return f"{webhook_id}:{delivery_id(headers, source_type, cairn, body)}"
+
+
+class Ingest:
+    def __init__(self, store: EventStore, views: Views, clock: Clock, engine: RuleEngine, box: SecretBox) -> None:
+        self.store = store
+        self.views = views
+        self.clock = clock
+        self.engine = engine
+        self.box = box
+        self._located: dict[str, tuple[UUID, UUID]] = {}
+        # per webhook, what its last loaded version said: source type, id and targets (owner, then
+        # routes), so one read fetches the webhook, its endpoints and the idempotency keys together
+        self._shapes: dict[UUID, tuple[str, str, tuple[str, ...]]] = {}
+        self._rule_sets: dict[tuple[UUID, int], RuleSet] = {}
+
+    def _locate(self, digest: str) -> tuple[UUID, UUID] | None:
+        """(webhook, owner endpoint) ids for a token hash; the pairing never changes, so it is memoised."""
+        located = self._located.get(digest)
+        if located is not None:
+            return located
+        holder = holder_of(self.views, digest, "webhook")
+        if holder is None:
+            return None
+        webhook = self.store.load(Webhook, webhook_uuid(holder))
+        if webhook is None:
+            return None
+        if len(self._located) >= MEMO_SIZE:
+            self._located.clear()
+        located = self._located[digest] = (webhook.id, endpoint_uuid_of(webhook.endpoint_id))
+        return located
+
+    def resolve(self, token: str, *, headers: Mapping[str, str] | None = None,
+                body: bytes = b"") -> tuple[Webhook, Endpoint, dict[UUID, Any]]:
+        """The live webhook whose current URL carries this token, its owner, and what was read.
+
+        Given a delivery's (lowered) headers and body, the same read also fetches the
+        idempotency keys it will name, as far as the webhook's last seen version predicts them:
+        one round trip per delivery while nothing changes (`ingest` reads what a stale guess missed).
+        """
+        if not _TOKEN.fullmatch(token or ""):
+            raise NotFound("unknown webhook")
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        located = self._locate(digest)
+        if located is None:
+            raise NotFound("unknown webhook")
+        webhook_id_, owner_id = located
+        wanted: list[tuple[type[Aggregate], UUID]] = [(Webhook, webhook_id_), (Endpoint, owner_id)]
+        shape = self._shapes.get(webhook_id_)
+        if shape is not None:
+            source_type, webhook_id, targets = shape
+            wanted.extend((Endpoint, endpoint_uuid_of(t)) for t in targets[1:])
+            if headers is not None and source_type != "cairn":  # a cairn id is in the verified body
+                key = _delivery_key(webhook_id, headers, source_type, None, body)
+                wanted.extend((IdempotencyKey, key_uuid(t, key)) for t in targets)
+        loaded = self.store.load_many(wanted)
+        webhook, owner = loaded[webhook_id_], loaded[owner_id]
+        # the aggregate, not the (eventually consistent) index, says which token is current
+        if webhook is None or webhook.deleted or webhook.token_sha256 != digest:
+            raise NotFound("unknown webhook")
+        if owner is None or not owner.is_active(self.clock.now()):
+            raise NotFound("unknown webhook")
+        if len(self._shapes) >= MEMO_SIZE:
+            self._shapes.clear()
+        self._shapes[webhook_id_] = (webhook.source_type, webhook.webhook_id, webhook.targets)
+        return webhook, owner, loaded
+
+    def _rules_of(self, webhook: Webhook) -> RuleSet:
+        """The saved rule set, parsed once per webhook version."""
+        key = (webhook.id, webhook.version)
+        rule_set = self._rule_sets.get(key)
+        if rule_set is None:
+            if len(self._rule_sets) >= MEMO_SIZE:
+                self._rule_sets.clear()
+            rule_set = self._rule_sets[key] = rule_set_of(webhook)
+        return rule_set
+
+    def ingest(self, token: str, headers: Mapping[str, str], body: bytes, *,
+               remote_addr: str | None = None) -> Ingested:
+        """Verifies, routes and records one delivery."""
+        lowered = {k.lower(): v for k, v in headers.items()}
+        webhook, owner, loaded = self.resolve(token, headers=lowered, body=body)
+        check_single_signatures(webhook.source_type, (name for name, _ in headers.items()))
+        secret = self.box.decrypt(webhook.secret_ciphertext) if webhook.secret_ciphertext else None
+        now = self.clock.now()
+        cairn = verify_signature(webhook.source_type, secret, lowered, body, now)
+        trust_mode, verified = trust_of(webhook.source_type)
+        kind = delivery_kind(lowered, cairn)
+        key = _delivery_key(webhook.webhook_id, lowered, webhook.source_type, cairn, body)
+        content_type = lowered.get("content-type")
+        payload = parse_payload(body, content_type)
+        redacted = redact_headers(lowered)
+        rule_set = self._rules_of(webhook)
+        wanted = [
+            *((Endpoint, endpoint_uuid_of(t)) for t, _ in webhook.routes),
+            *((IdempotencyKey, key_uuid(t, key)) for t in webhook.targets),
+        ]
+        loaded.update(self.store.load_many([w for w in wanted if w[1] not in loaded]))  # none, unless a guess missed
+        targets = tuple(
+            t for t in webhook.targets
+            if (e := loaded.get(endpoint_uuid_of(t))) is not None and e.is_active(now)
+        )
+        env = envelope(source=webhook.source_type, kind=kind, webhook_id=webhook.webhook_id, trust_mode=trust_mode,
+                       verified=verified, content_type=content_type, size=len(body), headers=redacted, payload=payload)
+        outcome = self.engine.evaluate(rule_set, env) if rule_set.rules else NoMatch()
+        decision = decide(rule_set, outcome, targets=targets or (owner.endpoint_id,), target_queue=webhook.target_queue)
+        title = derive_title(webhook.source_type, kind, payload, body=body, content_type=content_type)
+        todo_payload = payload if payload is not None else body.decode(errors="replace")
+        queue = QUARANTINE if decision.faulted else decision.queue
+        delivery_uuid = uuid4()
+        event_id = f"{DELIVERY_PREFIX}{delivery_uuid.hex}"
+        actor = f"webhook:{webhook.webhook_id}"
+
+        def open_on(uow: UnitOfWork, target: Endpoint) -> dict[str, Any]:
+            """One todo on one target, or the live one its idempotency key already names."""
+            todo, created = open_or_reuse(uow, target.endpoint_id, key, lambda: Todo.open(
+                id=uuid4(), now=uow.now, actor=actor, endpoint_id=target.endpoint_id, queue=queue,
+                source=webhook.source_type, title=title, trust_mode=trust_mode, payload=todo_payload,
+                payload_size=len(body), kind=kind, idempotency_key=key, routing=decision.trace,
+                delivery_id=event_id, cause="ingest",
+            ), actor=actor)
+            return {"id": todo.todo_id, "endpoint_id": target.endpoint_id, "queue": todo.queue, "created": created}
+
+        def handler(uow: UnitOfWork) -> list[dict[str, Any]]:
+            todos: list[dict[str, Any]] = []
+            for endpoint_id in ([] if decision.drop else decision.endpoints):
+                target = uow.get(Endpoint, endpoint_uuid_of(endpoint_id))
+                if target is not None and target.is_active(uow.now):
+                    todos.append(open_on(uow, target))
+            disposition = "faulted" if decision.faulted else "dropped" if decision.drop else "routed"
+            uow.add(Delivery.accept(
+                id=delivery_uuid, now=uow.now, actor=actor, webhook_id=webhook.webhook_id,
+                endpoint_id=owner.endpoint_id, source=webhook.source_type, kind=kind, trust_mode=trust_mode,
+                verified=verified, remote_addr=remote_addr, content_type=content_type, size=len(body),
+                headers=redacted, body=body, delivery_key=key, disposition=disposition, routing=decision.trace,
+                todos=todos,
+            ))
+            return todos
+
+        todos = self.store.run(handler, hints={k: v for k, v in loaded.items() if not isinstance(v, Webhook)})
+        return Ingested(todos=todos, verified=verified, trust_mode=trust_mode, event_id=event_id, decision=decision)

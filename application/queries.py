@@ -1,0 +1,204 @@
+"""The queries: todos (one, its history, listings, counts, fault traces), the audit export,
+webhooks and their deliveries. Whom each shows what is application/access.py's to say."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from application.access import Access, Caller
+from application.explain import explain
+from application.ports import EventStore, Views
+from application.presenters import ceiling, shown
+from domain.delivery import DELIVERY_PREFIX, Delivery
+from domain.endpoint import Endpoint, endpoint_uuid_of
+from domain.errors import Forbidden, InvalidArgument
+from domain.names import ENDPOINT_PREFIX, OPERATOR_PREFIX, QUARANTINE, TODO_PREFIX, check_queue_name, parse_id
+from domain.todo import STATES, Todo
+from domain.webhook import WEBHOOK_PREFIX
+
+# The public name of each aggregate type, by the module its events live in, and its id prefix:
+# the export names aggregates as every other surface does (`td_…`), not by bare hex.
+AGGREGATE_NAMES = {
+    "domain.todo": ("todo", TODO_PREFIX), "domain.endpoint": ("endpoint", ENDPOINT_PREFIX),
+    "domain.webhook": ("webhook", WEBHOOK_PREFIX), "domain.delivery": ("delivery", DELIVERY_PREFIX),
+    "domain.operator": ("operator", OPERATOR_PREFIX),
+    "domain.idempotency": ("idempotency_key", "ik_"),
+    "domain.installation": ("installation", "in_"),
+}
+_TODO_CURSOR = re.compile(r"(\d{1,19})\.(td_[0-9a-f]{32})")
+
+
+def public_aggregate(event: Any) -> tuple[str, str]:
+    """(aggregate_type, public id) of an event's aggregate; an unknown type keeps its module's name."""
+    module = type(event).__module__
+    kind, prefix = AGGREGATE_NAMES.get(module, (module.rpartition(".")[2], ""))
+    return kind, f"{prefix}{event.originator_id.hex}" if prefix else event.originator_id.hex
+
+
+def _todo_cursor(cursor: object) -> tuple[int, str]:
+    """The (created_at, todo_id) a `next_cursor` of `page_todos` names."""
+    match = _TODO_CURSOR.fullmatch(cursor) if isinstance(cursor, str) else None
+    if match is None or int(match.group(1)) >= 2**63:
+        raise InvalidArgument("bad cursor: give the next_cursor of the previous page")
+    return int(match.group(1)), match.group(2)
+
+
+def _position_cursor(cursor: object) -> int:
+    """The log position a `next_cursor` of `deliveries` names."""
+    if not re.fullmatch(r"\d{1,19}", str(cursor)) or int(cursor) >= 2**63:
+        raise InvalidArgument("bad cursor: give the next_cursor of the previous page")
+    return int(cursor)
+
+
+def check_limit(limit: object, default: int, maximum: int) -> int:
+    if limit is None:
+        return default
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= maximum:
+        raise InvalidArgument(f"limit must be within 1..{maximum}")
+    return limit
+
+
+def _for_operators(caller: Caller, what: str) -> None:
+    if caller.kind != "operator":
+        raise Forbidden(f"{what} are for operators")
+
+
+class Queries:
+    def __init__(self, store: EventStore, views: Views, access: Access) -> None:
+        self.store = store
+        self.views = views
+        self.access = access
+
+    # -- todos ---------------------------------------------------------------------------
+
+    def todo(self, todo_id: str, *, caller: Caller) -> Todo:
+        return self.access.todo(todo_id, caller)
+
+    def history(self, todo_id: str, *, caller: Caller, payloads: bool = True) -> dict[str, Any]:
+        """Every event of a todo in order, with position, version, time, type, actor, cause and data.
+
+        With `payloads=False` an event's `payload` is left out of its data (named in `omitted`), and
+        never converted: a reader that shows the payload elsewhere does not pay for it twice."""
+        todo = self.access.todo(todo_id, caller)
+        events = []
+        for recorded in self.store.stream(todo.id):
+            event, omitted = recorded.event, []
+            if not payloads and getattr(event, "payload", None) is not None:
+                event, omitted = replace(event, payload=None), ["payload"]
+            data = self.store.event_data(event)
+            time, actor, cause = data.pop("timestamp"), data.pop("actor"), data.pop("cause")
+            for name in omitted:
+                data.pop(name, None)
+            events.append({
+                "position": recorded.position, "version": recorded.event.originator_version,
+                "time": time, "type": type(recorded.event).__name__, "actor": actor, "cause": cause,
+                "data": shown(data), **({"omitted": omitted} if omitted else {}),
+            })
+        return {"todo_id": todo.todo_id, "events": events}
+
+    def explain(self, todo_id: str, *, caller: Caller, now: datetime) -> dict[str, Any]:
+        """`{state, because, story}`: the todo's story in sentences, from its events, the delivery that
+        opened it and its endpoint's; whoever may read the todo may read its story (foreign ≡ unknown)."""
+        todo = self.access.todo(todo_id, caller)
+        delivery = parse_id(DELIVERY_PREFIX, todo.delivery_id)
+        return explain(self.store.stream(todo.id), now=now,
+                       delivery=self.store.stream(delivery) if delivery is not None else (),
+                       endpoint_stream=self.store.stream(endpoint_uuid_of(todo.endpoint_id)))
+
+    def page_todos(
+        self, *, caller: Caller, endpoint: str | None = None, state: str | None = None,
+        queue: str | None = None, limit: int | None = None, max_limit: int = 1000,
+        dead_letter: bool | None = None, cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """`{todos, next_cursor?}`: one page of rows newest first; `next_cursor` (present only when
+        more rows follow) continues after this page's last row, so a listing never stops silently.
+        Agents never see quarantine; `dead_letter` keeps only (or no) dead letters."""
+        limit = check_limit(limit, 50, max_limit)
+        after = _todo_cursor(cursor) if cursor is not None else None
+        if state is not None and state not in STATES:
+            raise InvalidArgument(f"state must be one of {', '.join(STATES)}")
+        if queue is not None:
+            check_queue_name(queue, allow_quarantine=True)
+        hide: tuple[str, ...] = ()
+        if caller.kind == "endpoint":
+            own = self.access.endpoint(caller.name, caller)
+            if queue is not None and queue not in own.queues:
+                raise Forbidden(f"queue {queue} is not in this endpoint's scope")
+            hide = (QUARANTINE,)
+        endpoint_ids = self.access.visible_endpoint_ids(caller, endpoint)
+        self.views.catch_up()
+        rows, last = self.views.page_todos(endpoint_ids=endpoint_ids, state=state, queue=queue, limit=limit,
+                                           hide_queues=hide, dead_letter=dead_letter, after=after)
+        answer: dict[str, Any] = {"todos": rows}
+        if last is not None:
+            answer["next_cursor"] = f"{last[0]}.{last[1]}"
+        return answer
+
+    def todo_counts(self, *, caller: Caller, endpoint: str | None = None) -> list[dict[str, Any]]:
+        """How many todos per queue and state (dead letters apart) an operator has, with the oldest pending."""
+        _for_operators(caller, "counts")
+        endpoint_ids = self.access.visible_endpoint_ids(caller, endpoint)
+        self.views.catch_up()
+        return self.views.queue_counts(endpoint_ids)
+
+    def fault_traces(self, todo_ids: Sequence[str], *, caller: Caller) -> dict[str, dict[str, Any]]:
+        """Why each of these quarantined todos was held (its fault trace), for an operator's own todos."""
+        _for_operators(caller, "fault traces")
+        self.views.catch_up()
+        return self.views.fault_traces(list(todo_ids), self.access.visible_endpoint_ids(caller))
+
+    def audit(self, *, after: int = 0, page: int = 1000) -> Iterator[dict[str, Any]]:
+        """The whole event log from a position, as JSON-ready records naming aggregates by public id."""
+        while True:
+            recorded = self.store.read_log(after, page)
+            if not recorded:
+                return
+            for r in recorded:
+                data = self.store.event_data(r.event)
+                aggregate_type, aggregate = public_aggregate(r.event)
+                yield {
+                    "position": r.position, "time": data.pop("timestamp"),
+                    "aggregate": aggregate, "aggregate_type": aggregate_type, "version": r.event.originator_version,
+                    "type": type(r.event).__name__, "actor": data.pop("actor"), "cause": data.pop("cause"),
+                    "data": shown(data),
+                }
+            after = recorded[-1].position
+
+    # -- webhooks and deliveries ---------------------------------------------------------
+
+    def webhooks(self, *, caller: Caller, endpoint: str | None = None) -> dict[str, Any]:
+        """Webhooks (never secrets or URLs); for an endpoint, also its ceiling."""
+        self.views.catch_up()
+        scope: Endpoint | None = None
+        if caller.kind == "endpoint" or endpoint is not None:
+            scope = self.access.endpoint(caller.name if caller.kind == "endpoint" else endpoint, caller)
+        endpoint_ids = [scope.endpoint_id] if scope is not None else self.access.visible_endpoint_ids(caller)
+        answer: dict[str, Any] = {"webhooks": self.views.list_webhooks(endpoint_ids=endpoint_ids)}
+        if scope is not None:
+            answer["ceiling"] = ceiling(scope)
+        return answer
+
+    def deliveries(self, *, caller: Caller, webhook_id: str | None = None, limit: int | None = None,
+                   cursor: str | None = None, max_limit: int = 200) -> dict[str, Any]:
+        """Stored deliveries newest first (no payload, no headers), paged by cursor."""
+        limit = check_limit(limit, 50, max_limit)
+        before = _position_cursor(cursor) if cursor is not None else None
+        self.views.catch_up()
+        if webhook_id is not None:
+            webhook, _ = self.access.webhook(webhook_id, caller, live=False)
+            endpoint_ids, webhook_filter = None, webhook.webhook_id
+        else:
+            endpoint_ids, webhook_filter = self.access.visible_endpoint_ids(caller), None
+        rows, next_position = self.views.list_deliveries(
+            webhook_id=webhook_filter, endpoint_ids=endpoint_ids, limit=limit, before=before)
+        answer: dict[str, Any] = {"events": rows}
+        if next_position is not None:
+            answer["next_cursor"] = str(next_position)
+        return answer
+
+    def delivery(self, event_id: str, *, caller: Caller) -> Delivery:
+        return self.access.delivery(event_id, caller)
