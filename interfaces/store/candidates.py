@@ -10,8 +10,9 @@ thrown away (read fresh instead).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import datetime
 from uuid import UUID
 
@@ -21,6 +22,7 @@ from domain.todo import MAY_BECOME_CLAIMABLE, TodoClaimed
 
 CANDIDATES_PER_BATCH = 64  # todo ids read per (endpoint, queues) at a time
 PREFETCH_WAIT = 0.05  # seconds the next batch waits for a read ahead before querying itself
+CLOSE_WAIT = 5.0  # seconds close() waits for a read ahead still running (before its connection closes)
 
 QueueKey = tuple[str, tuple[str, ...]]
 """(endpoint id, queues) as a claim names them."""
@@ -37,6 +39,8 @@ class CandidatePrefetch:
         self._clock = clock
         self._ahead: dict[QueueKey, tuple[Future, frozenset[UUID]]] = {}
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="switchboard-prefetch")
+        self._running: set[Future] = set()  # reads ahead not finished (done ones remove themselves)
+        self._running_lock = threading.Lock()
 
     def read_ahead(self, keys: Iterable[QueueKey], events: Sequence[DomainEvent]) -> None:
         """Starts reading the candidates of these queues for the batch after the one that
@@ -49,6 +53,9 @@ class CandidatePrefetch:
         now = self._clock.now()
         for endpoint_id, queues in keys:
             future = self._pool.submit(self._read, endpoint_id, queues, now, CANDIDATES_PER_BATCH)
+            with self._running_lock:
+                self._running.add(future)
+            future.add_done_callback(self._finished)
             self._ahead[(endpoint_id, queues)] = (future, claimed)
 
     def take(self, key: QueueKey, want: int) -> Candidates | None:
@@ -67,9 +74,20 @@ class CandidatePrefetch:
         remaining = [i for i in ids if i not in claimed]
         return (remaining, False) if len(remaining) >= want else None
 
+    def _finished(self, future: Future) -> None:
+        with self._running_lock:
+            self._running.discard(future)
+
     def clear(self) -> None:
         """Forgets what was read ahead (the batch it followed did not commit as expected)."""
         self._ahead.clear()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False)
+        """Stops reading ahead, and waits (a bounded time) for a read still running: the store
+        closes its connections next, and a SQLite connection closed under a running query can
+        crash the process."""
+        with self._running_lock:
+            running = list(self._running)
+        self._ahead.clear()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        wait(running, timeout=CLOSE_WAIT)
