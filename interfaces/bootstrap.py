@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from application.audit import AuditLog, Sealer
 from application.background import ProjectionWorker, TimerScheduler
 from application.ports import Clock, SystemClock
 from domain.todo import MOVES_TIMER
@@ -18,6 +19,7 @@ from interfaces.projector_process import ProjectorProcess
 from interfaces.rules import JqRuleEngine
 from interfaces.security import Argon2Hasher
 from interfaces.settings import Settings
+from interfaces.store.chain import SqlChain, sorted_json
 from interfaces.store.database import DatabaseUrl
 from interfaces.store.eventstore import SqlEventStore
 from interfaces.store.projector import Projector
@@ -35,6 +37,7 @@ class Container:
     app: Switchboard
     engine: JqRuleEngine
     webhooks: Webhooks
+    audit: AuditLog
 
     def close(self) -> None:
         self.engine.close()
@@ -51,7 +54,8 @@ def build(settings: Settings, *, clock: Clock | None = None) -> Container:
     app = Switchboard(store, views, clock, Argon2Hasher(), settings.base_url)
     engine = JqRuleEngine()  # worker processes start on first use
     webhooks = Webhooks(app, engine, DeferredSecretBox(settings.resolved_secret_key))
-    return Container(settings, clock, store, projector, views, app, engine, webhooks)
+    audit = AuditLog(SqlChain(store), clock, fast=sorted_json)
+    return Container(settings, clock, store, projector, views, app, engine, webhooks, audit)
 
 
 @dataclass
@@ -67,6 +71,8 @@ class Background:
 
     def start(self) -> Background:
         c = self.container
+        sealer = Sealer(c.audit)  # the hash chain (docs/adr/0022), first: it seals what serve wrote at start
+        self._spawn("sealer", sealer.run)
         scheduler = TimerScheduler(c.app, c.views, c.clock)
         self.workers: tuple = (scheduler,)
         if self.projector_process:
@@ -85,6 +91,7 @@ class Background:
 
         c.store.subscribe(on_commit)
         self._spawn("scheduler", scheduler.run)
+        self.workers = (*self.workers, sealer)
         return self
 
     def _spawn(self, name: str, run) -> None:

@@ -26,6 +26,7 @@ from litestar.response import ServerSentEvent, ServerSentEventMessage
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from application.access import visible_owner
+from application.audit import AuditLog
 from application.feed import TransitionFeed
 from application.service import Switchboard
 from application.webhooks import Webhooks
@@ -161,7 +162,7 @@ async def _run(fn, *args, **kwargs):
     return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
 
 
-def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed) -> Router:
+def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed, audit: AuditLog) -> Router:
     """Every `/api/v1` route, guarded by `api_guard`."""
 
     # -- todos
@@ -318,6 +319,15 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed) -> Ro
     async def get_event(request: Request, event_id: FromPath[str]) -> dict[str, Any]:
         return await _run(webhooks.get_event, event_id, caller=caller_of(request))
 
+    # -- the audit log
+
+    @get("/audit/head", summary="The last sealed link of the audit hash chain",
+         description="`{position, hash, time}`: the last log position sealed into the chain (docs/audit.md), its "
+                     "hash and its event's time; compare it with an export's last `hash`.")
+    async def audit_head(request: Request) -> dict[str, Any]:
+        caller_of(request)
+        return await _run(audit.head)
+
     # -- the live feed
 
     @get("/stream", summary="Server-Sent Events: this operator's todo transitions",
@@ -338,7 +348,7 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed) -> Ro
     handlers = [
         list_todos, get_todo, todo_history, todo_explain, claim, extend, complete, fail, release, retry, move, discard,
         vend, list_endpoints, revoke, push, list_webhooks, create_webhook, rotate_webhook, delete_webhook,
-        get_rules, put_rules, test_rules, replay_rules, list_events, get_event, stream,
+        get_rules, put_rules, test_rules, replay_rules, list_events, get_event, audit_head, stream,
     ]
     for handler in handlers:
         handler.responses = {**ERROR_RESPONSES, **(handler.responses or {})}

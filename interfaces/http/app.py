@@ -115,7 +115,7 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
         healthz, ingest_route(container.webhooks, buckets, ingest_threads), mcp_route(mcp),
         create_static_files_router(path="/static", directories=[HERE / "static"], include_in_schema=False),
         metrics_route(container),
-        api_router(container.app, container.webhooks, feed),
+        api_router(container.app, container.webhooks, feed, container.audit),
         *board_routes(container, board),
     ]
     app = Litestar(

@@ -16,6 +16,9 @@ projection and version — never a todo or an endpoint.
   (`routed`, `duplicate`, `dropped`, `faulted`): see projections/counters.py.
 - `switchboard_projection_lag_events{projection}`: the log's last position minus the
   projection's tracked position, measured before the scrape catches the projections up.
+- `switchboard_audit_sealed_position`: the last log position sealed into the hash chain
+  (docs/audit.md); `switchboard_audit_unsealed_events`: events appended after it (near 0: every
+  event is sealed within a second).
 - `switchboard_build_info{version}`: always 1.
 """
 
@@ -29,6 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from application.audit import AuditLog
 from application.ports import Clock
 from interfaces.bootstrap import Container
 from interfaces.store.metrics import QUEUE_STATES, SqlMetrics
@@ -49,9 +53,10 @@ COUNTERS = (
 class SwitchboardCollector:
     """Builds every series from one read of the read models, at scrape time."""
 
-    def __init__(self, metrics: SqlMetrics, clock: Clock) -> None:
+    def __init__(self, metrics: SqlMetrics, clock: Clock, audit: AuditLog | None = None) -> None:
         self.metrics = metrics
         self.clock = clock
+        self.audit = audit
 
     def collect(self) -> Iterator[Metric]:
         snapshot = self.metrics.read()
@@ -86,6 +91,12 @@ class SwitchboardCollector:
         for projection, behind in sorted(snapshot.lag.items()):
             lag.add_metric((projection,), behind)
         yield lag
+        if self.audit is not None:
+            head, unsealed = self.audit.head(), self.audit.unsealed()
+            yield GaugeMetricFamily("switchboard_audit_sealed_position",
+                                    "The last log position sealed into the audit hash chain.", value=head["position"])
+            yield GaugeMetricFamily("switchboard_audit_unsealed_events",
+                                    "Events appended after the last sealed position.", value=unsealed)
         build = GaugeMetricFamily("switchboard_build_info", "The running version.", labels=("version",))
         build.add_metric((VERSION,), 1)
         yield build
@@ -102,7 +113,8 @@ def bearer_matches(header: str | None, token: str | None) -> bool:
 def metrics_route(container: Container):
     """The `/metrics` handler over a private registry (nothing global, nothing at import)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SwitchboardCollector(SqlMetrics(container.store.db, container.projector), container.clock))
+    registry.register(SwitchboardCollector(SqlMetrics(container.store.db, container.projector), container.clock,
+                                           container.audit))
     token = container.settings.metrics_token
 
     @get("/metrics", include_in_schema=False, sync_to_thread=True)

@@ -141,8 +141,10 @@ def serve(settings: Settings) -> int:
         try:
             check_key_opens_secrets(settings, container)
             settings.resolved_secret_key()  # a malformed key file: one line now, not at the first session
-            container.app.record_base_url(settings.base_url, caller=SERVE)
+            # the admin's password hash (~0.5 s) before the first commit: what serve appends at start
+            # is sealed by its sealer within 1 s (docs/adr/0022)
             password = container.app.ensure_admin()
+            container.app.record_base_url(settings.base_url, caller=SERVE)
         except (ConfigurationError, StoreUnavailable) as error:
             print(f"switchboard: {error}", file=sys.stderr)
             return 1

@@ -7,6 +7,8 @@ written by eventsourcing's recorders (see recorders.py), never here.
 from __future__ import annotations
 
 import contextlib
+import functools
+import re
 import select
 import sqlite3
 import threading
@@ -268,6 +270,118 @@ def run_ops(cursor: Any, ops: Sequence[tuple[str, Sequence[Any]]], placeholder: 
         else:
             cursor.executemany(statement, [_storable(op[1]) for op in ops[i:j]])
         i = j
+
+
+_KEYED_WHERE = re.compile(r"(?:UPDATE (\w+) SET (.*)|DELETE FROM (\w+)) WHERE (\w+) = %s")
+_KEYED_UPSERT = re.compile(
+    r"INSERT INTO (\w+) \(([\w, ]+)\) VALUES (\((?:%s, )*%s\)) ON CONFLICT \((\w+)\) DO UPDATE SET (.*)")
+
+
+@functools.lru_cache(maxsize=256)
+def _row_key_shape(sql: str) -> tuple[str, str, str, int] | None:
+    """How a single-row op names its row: (kind, table, key column, index of the key parameter),
+    or None when it cannot be told from the statement (then the op is never moved or merged).
+
+    Recognised: `UPDATE t SET ... WHERE col = %s`, `DELETE FROM t WHERE col = %s` (the key the
+    last parameter) and `INSERT INTO t (cols) VALUES (%s, ...) ON CONFLICT (col) DO UPDATE SET ...`
+    (the key the parameter of `col`); none with a sub-select, none that assigns its key column.
+    """
+    if "SELECT" in sql:
+        return None
+    count = sql.count("%s")
+    where = _KEYED_WHERE.fullmatch(sql)
+    if where is not None:
+        table, assigned, deleted, column = where.groups()
+        if assigned is not None and re.search(rf"\b{column}\b", assigned):
+            return None
+        return ("update" if deleted is None else "delete"), table or deleted, column, count - 1
+    upsert = _KEYED_UPSERT.fullmatch(sql)
+    if upsert is not None:
+        table, columns, values, column, assigned = upsert.groups()
+        names = [c.strip() for c in columns.split(",")]
+        assigns_key = re.search(rf"\b{column}\s*=", assigned)
+        if column in names and len(names) == count == values.count("%s") and not assigns_key:
+            return "upsert", table, column, names.index(column)
+    return None
+
+
+def _keyed(sql: str, params: Sequence[Any]) -> tuple[str, str, str, Any] | None:
+    """(kind, table, key column, key value) of a single-row op (`_row_key_shape`), or None."""
+    shape = _row_key_shape(sql)
+    if shape is None or sql.count("%s") != len(params):
+        return None
+    kind, table, column, at = shape
+    return kind, table, column, params[at]
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def coalesce_ops(ops: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[str, tuple[Any, ...]]]:
+    """PostgreSQL: the same ops in fewer statements (one writer batch's inline ops are ~3 per event).
+
+    Within a stretch of single-row ops (`_keyed`) that name distinct rows — per table one key
+    column, each key value once — the ops touch disjoint rows, so their order does not matter:
+    the UPDATEs or DELETEs of one statement with the same other parameters become one
+    `col = ANY(%s)`, and the upserts of one statement one multi-row VALUES. Any other op, and a
+    row named a second time, ends the stretch; nothing moves across it. NUL in text is replaced
+    first (`_storable`), as `run_ops` does.
+    """
+    out: list[tuple[str, tuple[Any, ...]]] = []
+    groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+    sqls: dict[tuple[Any, ...], tuple[str, tuple[str, str, str, Any]]] = {}
+    columns: dict[str, str] = {}
+    rows: set[tuple[str, Any]] = set()
+
+    def flush() -> None:
+        for group, members in groups.items():
+            sql, (kind, _, column, _) = sqls[group]
+            if len(members) == 1:
+                out.append((sql, members[0]))
+            elif kind == "upsert":
+                head, values, tail = sql.partition(" VALUES ")[0], _KEYED_UPSERT.fullmatch(sql).group(3), \
+                    sql.partition(" ON CONFLICT ")[2]
+                out.append((f"{head} VALUES {', '.join([values] * len(members))} ON CONFLICT {tail}",
+                            tuple(p for m in members for p in m)))
+            else:
+                prefix = sql[: -len(f"{column} = %s")]
+                out.append((f"{prefix}{column} = ANY(%s)", (*members[0][:-1], [m[-1] for m in members])))
+        groups.clear()
+        sqls.clear()
+        columns.clear()
+        rows.clear()
+
+    for sql, raw in ops:
+        params = _storable(raw)
+        keyed = _keyed(sql, params)
+        if keyed is None:
+            flush()
+            out.append((sql, params))
+            continue
+        kind, table, column, key = keyed
+        if key is None or not _hashable(key):  # no row named, or none we can tell apart
+            flush()
+            out.append((sql, params))
+            continue
+        if columns.get(table, column) != column or (table, key) in rows:
+            flush()
+        columns[table] = column
+        rows.add((table, key))
+        group = (sql,) if kind == "upsert" else (sql, *params[:-1])
+        try:
+            members = groups.setdefault(group, [])
+        except TypeError:  # an unhashable parameter (a JSON value): this op stays as it is
+            group = (sql, id(params))
+            members = groups.setdefault(group, [])
+        members.append(params)
+        sqls.setdefault(group, (sql, keyed))
+    flush()
+    return out
 
 
 class Database:

@@ -27,7 +27,9 @@ from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastor
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 
 from application.errors import CommitOutcomeUnknown, StoreUnavailable
-from interfaces.store.database import Database, DatabaseUrl, first_line, idle_and_sound, plan_per_run, run_ops
+from interfaces.store.database import (
+    Database, DatabaseUrl, coalesce_ops, first_line, idle_and_sound, plan_per_run, run_ops,
+)
 from projections.base import Op
 
 log = logging.getLogger("switchboard.store")
@@ -142,7 +144,7 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
         if not stored_events:
             return []
-        ops: Sequence[Op] = kwargs.get("inline_ops", ())
+        ops = coalesce_ops(kwargs.get("inline_ops", ()))  # before BEGIN: nothing may raise once sent
         tracked: Sequence[str] = kwargs.get("inline_tracking", ())
         columns = (
             [e.originator_id for e in stored_events], [e.originator_version for e in stored_events],

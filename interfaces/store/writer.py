@@ -10,6 +10,7 @@ docs/adr/0014); the writer only answers what it learns. See docs/adr/0004-claims
 
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import random
@@ -35,7 +36,8 @@ log = logging.getLogger("switchboard.store")
 T = TypeVar("T")
 
 MAX_BATCH = 64  # commands per batch (one transaction)
-LINGER = 0.001  # seconds a batch may wait to fill up to the previous batch's size
+LINGER = 0.001  # seconds a batch may wait to fill up to the size of the recent batches
+RECENT = 8  # batches whose largest size the next batch waits (LINGER at most) to reach
 MAX_RETRIES = 12  # attempts of a command run alone after its batch kept losing races
 BATCH_RETRIES = 3  # re-runs of a whole batch on fresh state before running it one by one
 
@@ -68,7 +70,7 @@ class Writer:
         self._thread: threading.Thread | None = None
         self._thread_lock = threading.Lock()
         self._listeners: list[Callable[[list[Recorded]], None]] = []
-        self._last_batch_size = 1
+        self._recent_sizes: collections.deque[int] = collections.deque([1], maxlen=RECENT)
         self._closed = False
         self.down = False
         """The last commit failed for want of the store (cleared by the next that succeeds)."""
@@ -130,12 +132,15 @@ class Writer:
             if not job.future.set_running_or_notify_cancel():
                 continue  # withdrawn by its caller while the store was down
             batch = [job]
-            # Those answered by the last commit are about to send their next command: wait a
-            # moment for as many, so the batch (and its one commit) stays full under load.
+            # Those answered by the recent commits are about to send their next command: wait a
+            # moment for as many as the largest recent batch, so the batches (and their one commit
+            # each) stay full under load; a caller slow to be scheduled again (a loaded machine)
+            # then does not shrink the batches after it one by one.
+            target = max(self._recent_sizes)
             deadline = time.monotonic() + LINGER
             while len(batch) < MAX_BATCH:
                 try:
-                    if len(batch) < self._last_batch_size:
+                    if len(batch) < target:
                         more = self.jobs.get(timeout=max(deadline - time.monotonic(), 0))
                     else:
                         more = self.jobs.get_nowait()
@@ -146,7 +151,7 @@ class Writer:
                     break
                 if more.future.set_running_or_notify_cancel():
                     batch.append(more)
-            self._last_batch_size = len(batch)
+            self._recent_sizes.append(len(batch))
             try:
                 self._process(batch)
             except BaseException as error:  # never let the writer die with jobs waiting

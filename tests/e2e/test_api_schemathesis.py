@@ -41,7 +41,7 @@ def _operations() -> list[tuple[str, str]]:
     """Every (METHOD, path) of the API's OpenAPI document, built from the router alone."""
     with warnings.catch_warnings():  # Litestar's deprecation notes on api.py are the server's to show
         warnings.simplefilter("ignore")
-        document = Litestar(route_handlers=[api_router(None, None, None)], openapi_config=openapi_config())
+        document = Litestar(route_handlers=[api_router(None, None, None, None)], openapi_config=openapi_config())
     paths = document.openapi_schema.to_schema()["paths"]
     return sorted((method.upper(), path) for path, item in paths.items() for method in item
                   if method in ("get", "put", "post", "delete", "patch"))

@@ -25,6 +25,7 @@ SERIES = {
     "switchboard_queue_todos", "switchboard_queue_dead_letters", "switchboard_queue_oldest_pending_seconds", "switchboard_todos_created_total",
     "switchboard_todos_claimed_total", "switchboard_todos_completed_total", "switchboard_leases_expired_total",
     "switchboard_webhook_deliveries_total", "switchboard_projection_lag_events", "switchboard_build_info",
+    "switchboard_audit_sealed_position", "switchboard_audit_unsealed_events",
 }
 LABELS = {"queue", "state", "source", "outcome", "verdict", "projection", "version"}
 STATES = ("pending", "claimed", "done", "failed")
@@ -111,6 +112,9 @@ def test_every_series_matches_the_store_after_a_workload(stack):
     after = time.time()
 
     assert set(metrics) == SERIES
+    (sealed,), (unsealed,) = metrics["switchboard_audit_sealed_position"].values(), \
+        metrics["switchboard_audit_unsealed_events"].values()
+    assert sealed > 0 and unsealed >= 0  # the chain's head (docs/audit.md); exact figures: test_audit_sealing.py
     assert all(set(dict(labels)) <= LABELS for series in metrics.values() for labels in series), metrics
     rows = stack.todos_of(endpoint)
     assert len(rows) == 6

@@ -15,9 +15,10 @@ from interfaces.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference.md"
-USER_DOCS = [ROOT / "README.md", REFERENCE, ROOT / "docs" / "operations.md", ROOT / "deploy" / "README.md"]
+USER_DOCS = [ROOT / "README.md", REFERENCE, ROOT / "docs" / "operations.md", ROOT / "deploy" / "README.md",
+             ROOT / "docs" / "audit.md"]
 # what the CLI and route checks read
-CHECKED = [ROOT / "README.md", REFERENCE, ROOT / "docs" / "operations.md"]
+CHECKED = [ROOT / "README.md", REFERENCE, ROOT / "docs" / "operations.md", ROOT / "docs" / "audit.md"]
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
