@@ -12,7 +12,8 @@ see is not confirmed to exist.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
 from uuid import UUID
 
@@ -21,6 +22,7 @@ from domain.delivery import DELIVERY_PREFIX, Delivery
 from domain.endpoint import Endpoint, endpoint_uuid_of
 from domain.errors import Forbidden, NotFound
 from domain.names import TODO_PREFIX, parse_id
+from domain.queue import QueueControls
 from domain.todo import Todo
 from domain.webhook import WEBHOOK_PREFIX, Webhook
 
@@ -32,6 +34,8 @@ class EndpointScope:
     endpoint_id: str
     queues: tuple[str, ...]
     default_lease: timedelta
+    controls: Mapping[str, QueueControls] = field(default_factory=dict)
+    """The controls of those of its queues that have any (none: every claim is admitted)."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,8 @@ class Caller:
 
 
 def scope_of(endpoint: Endpoint) -> EndpointScope:
-    return EndpointScope(endpoint.endpoint_id, tuple(endpoint.queues), endpoint.default_lease)
+    controls = {q: c for q, c in endpoint.queue_controls.items() if c.controlled and q in endpoint.queues}
+    return EndpointScope(endpoint.endpoint_id, tuple(endpoint.queues), endpoint.default_lease, controls)
 
 
 def may_touch(caller: Caller, endpoint: Endpoint, todo: Todo | None = None) -> bool:

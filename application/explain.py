@@ -15,11 +15,11 @@ from typing import Any
 from application.ports import Recorded
 from application.presenters import iso
 from domain.delivery import DeliveryAccepted, delivery_id_of
-from domain.endpoint import EndpointRevoked, EndpointVended
+from domain.endpoint import EndpointRevoked, EndpointVended, QueueControlsSet
 from domain.events import SYSTEM, DomainEvent
 from domain.names import QUARANTINE
 from domain.todo import (
-    CLAIMED, DONE, FAILED, MAX_ATTEMPTS, LeaseExpired, LeaseRenewed, Todo, TodoClaimed, TodoCompleted,
+    CLAIMED, DONE, FAILED, MAX_ATTEMPTS, PENDING, DelayElapsed, LeaseExpired, LeaseRenewed, Todo, TodoClaimed, TodoCompleted,
     TodoDiscarded, TodoFailed, TodoMoved, TodoOpened, TodoReleased, TodoRequeued,
 )
 
@@ -141,21 +141,41 @@ def explain(
     story = _Story()
     _tell_todo(story, todo_stream, endpoint, _delivery_facts(delivery))
     opened_at = todo_stream[0].position
+    queues = {r.event.queue for r in todo_stream if isinstance(r.event, TodoOpened | TodoMoved)}
+    finished_at = todo_stream[-1].position if todo.state == DONE or todo.dead_letter else None
     for recorded in endpoint_stream:
-        if isinstance(recorded.event, EndpointRevoked) and recorded.position > opened_at:
-            story.tell(recorded, f"Endpoint {endpoint['slug']} was revoked by {who(recorded.event.actor)}.")
+        if recorded.position < opened_at or (finished_at is not None and recorded.position > finished_at):
+            continue
+        match recorded.event:
+            case EndpointRevoked():
+                story.tell(recorded, f"Endpoint {endpoint['slug']} was revoked by {who(recorded.event.actor)}.")
+            case QueueControlsSet(queue=queue) if queue in queues:
+                story.tell(recorded, _controls_text(recorded.event))
     story.lines.sort(key=lambda line: line["position"])
     return {"state": todo.state, "because": _because(todo, todo_stream, endpoint, now), "story": story.lines}
 
 
+def _controls_text(event: QueueControlsSet) -> str:
+    """`Queue q was paused by admin (at most 3 in flight).`: the controls as an operator set them."""
+    limits = [f"at most {event.max_in_flight} in flight"] if event.max_in_flight is not None else []
+    if event.max_claims_per_minute is not None:
+        limits.append(f"at most {event.max_claims_per_minute} claims a minute")
+    state = "paused" if event.paused else "running"
+    return (f"Queue {event.queue} was set by {who(event.actor)}: {state}, "
+            f"{', '.join(limits) if limits else 'no limits'}.")
+
+
 def _endpoint_facts(endpoint_stream: Sequence[Recorded]) -> dict[str, Any]:
-    facts: dict[str, Any] = {"slug": None, "revoked_at": None, "revoked_by": None, "expires_at": None}
+    facts: dict[str, Any] = {"slug": None, "revoked_at": None, "revoked_by": None, "expires_at": None,
+                             "paused": {}}
     for recorded in endpoint_stream:
         match recorded.event:
             case EndpointVended(slug=slug, expires_at=expires_at):
                 facts["slug"], facts["expires_at"] = slug, expires_at
             case EndpointRevoked(timestamp=at, actor=actor):
                 facts["revoked_at"], facts["revoked_by"] = at, actor
+            case QueueControlsSet(queue=queue, paused=paused, actor=actor, timestamp=at):
+                facts["paused"] = {**facts["paused"], queue: (actor, at) if paused else None}
     return facts
 
 
@@ -202,6 +222,8 @@ def _tell_todo(story: _Story, stream: Sequence[Recorded], endpoint: dict[str, An
                 overall = f" (claim {seq} overall)" if seq != attempt else ""
                 claimant = f" as {quoted(event.claimant)}" if event.claimant else ""
                 fenced = ", fenced" if event.fence_hash else ""
+                if event.admitted_under:
+                    fenced += f", admitted under the queue's limits {_limits(event.admitted_under)}"
                 story.tell(recorded, f"Attempt {attempt} of {MAX_ATTEMPTS}{overall} was claimed by "
                                      f"{who(event.holder)}{claimant}, lease until {iso(event.lease_expires_at)}{fenced}.")
             case LeaseRenewed():
@@ -224,7 +246,11 @@ def _tell_todo(story: _Story, stream: Sequence[Recorded], endpoint: dict[str, An
                 story.tell(recorded, ended(text if event.dead_letter else f"{text} Pending again.", event.dead_letter))
             case TodoReleased():
                 text = f"Attempt {attempt} was released by {who(event.actor)}{_said(event.summary)}."
-                story.tell(recorded, ended(text if event.dead_letter else f"{text} Pending again.", event.dead_letter))
+                again = (f"{text} Pending, but not claimable until {iso(event.available_at)} (a delay)."
+                         if event.available_at is not None else f"{text} Pending again.")
+                story.tell(recorded, ended(text if event.dead_letter else again, event.dead_letter))
+            case DelayElapsed():
+                story.tell(recorded, "Its delay ended: claimable again.")
             case TodoRequeued(fresh_budget=True):
                 bulk = "" if event.cause == OPERATOR_RETRY else f" (bulk retry {event.cause})"
                 attempt = 0
@@ -252,7 +278,8 @@ def _opened_text(event: TodoOpened, endpoint: dict[str, Any], delivered: tuple[s
         text = f"Opened on {where}, from delivery {event.delivery_id}{webhook} (source {event.source}{kind}{facts})"
         return f"{text}: {how}." if how else f"{text}."
     key = f", idempotency key {quoted(event.idempotency_key)}" if event.idempotency_key else ""
-    return f"Pushed by {who(event.actor)} to {where} (source {event.source}{kind}{key})."
+    later = f" Not claimable before {iso(event.not_before)}." if event.not_before is not None else ""
+    return f"Pushed by {who(event.actor)} to {where} (source {event.source}{kind}{key}).{later}"
 
 
 def _because(todo: Todo, stream: Sequence[Recorded], endpoint: dict[str, Any], now: datetime) -> str:
@@ -291,7 +318,26 @@ def _because(todo: Todo, stream: Sequence[Recorded], endpoint: dict[str, Any], n
         return f"{text}; lease until {iso(todo.lease_expires_at)}"
     if todo.queue == QUARANTINE:
         return held_because(todo.routing, todo.delivery_id)
+    delayed = _delayed(todo, stream, now)
+    if delayed:
+        return f"{delayed}{revoked}"
+    paused = endpoint["paused"].get(todo.queue)
+    if paused is not None and not revoked:
+        return (f"pending, but queue {todo.queue} paused by {who(paused[0])} at {iso(paused[1])}: "
+                "no claim is admitted until it is resumed")
     return f"pending: {_pending_since(todo, last)}{revoked}"
+
+
+def _delayed(todo: Todo, stream: Sequence[Recorded], now: datetime) -> str:
+    """`not claimable until …: released with a delay by …` while a delay runs, else nothing."""
+    if todo.state != PENDING or not todo.delayed or todo.available_at is None:
+        return ""
+    setter = next(r.event for r in reversed(stream) if isinstance(r.event, TodoOpened | TodoReleased))
+    how = (f"released with a delay by {who(setter.actor)} at {iso(setter.timestamp)}"
+           if isinstance(setter, TodoReleased) else f"pushed by {who(setter.actor)} with not_before")
+    if todo.available_at <= now:
+        return f"pending: its delay ended at {iso(todo.available_at)} ({how}); Switchboard marks it claimable within a second"
+    return f"not claimable until {iso(todo.available_at)}: {how}"
 
 
 def _pending_since(todo: Todo, last: DomainEvent) -> str:
@@ -313,7 +359,14 @@ def _pending_since(todo: Todo, last: DomainEvent) -> str:
             return f"claimable since its retry fell due at {at}"
         case TodoMoved():
             return f"claimable since {who(last.actor)} released it from quarantine to queue {last.queue} at {at}"
+        case DelayElapsed():
+            return f"claimable since its delay ended at {at}"
     return f"claimable since {at}"
+
+
+def _limits(controls: dict[str, Any]) -> str:
+    shown = [f"{name} {value}" for name, value in controls.items() if value is not None]
+    return f"({', '.join(shown)})" if shown else ""
 
 
 def _revoked(endpoint: dict[str, Any], now: datetime) -> str:

@@ -19,6 +19,7 @@ from domain.endpoint import SOURCE_TYPES, Endpoint, endpoint_uuid_of
 from domain.errors import Forbidden, InvalidArgument, NotFound
 from domain.ingest import SIGNED_SOURCES, new_signing_secret, trust_of
 from domain.names import ENDPOINT_PREFIX, check_queue_name, format_id
+from domain.trust import TrustPolicy
 from domain.webhook import Webhook, WebhookCreated
 
 LOAD_PAGE = 500
@@ -113,6 +114,16 @@ class Hooks:
             return webhook
 
         return self.change(webhook_id, caller, change)
+
+    # -- trusted senders -----------------------------------------------------------------
+
+    def set_trust(self, webhook_id: str, *, caller: Caller, senders: Sequence[str] | None,
+                  associations: Sequence[str] | None) -> tuple[Webhook, TrustPolicy]:
+        """Operators replace who may create work through a github or gitea webhook (CONTRACT §13)."""
+        if caller.kind != "operator":
+            raise Forbidden("only an operator can set a webhook's trusted senders")
+        return self.change(webhook_id, caller, lambda w, uow: (w, w.set_trust(
+            now=uow.now, actor=caller.label, senders=list(senders or ()), associations=list(associations or ()))))
 
     # -- routes --------------------------------------------------------------------------
 

@@ -28,8 +28,9 @@ from domain.ingest import (
     check_single_signatures, delivery_id, delivery_kind, derive_title, parse_payload, redact_headers, trust_of,
     verify_signature,
 )
-from domain.names import QUARANTINE
-from domain.routing import Decision, NoMatch, RuleSet, decide, envelope
+from domain.names import QUARANTINE, TODO_PREFIX, parse_id
+from domain.once import OnceKey, once_uuid
+from domain.routing import Decision, NoMatch, RuleSet, decide, envelope, repeat_trace, subject_of
 from domain.todo import Todo
 from domain.webhook import Webhook
 
@@ -46,6 +47,7 @@ class Ingested:
     trust_mode: str
     event_id: str
     decision: Decision
+    repeat: bool = False  # `once` found a live todo for the subject (on some target)
 
 
 def _delivery_key(webhook_id: str, headers: Mapping[str, str], source_type: str, cairn: dict | None,
@@ -149,14 +151,21 @@ class Ingest:
             *((IdempotencyKey, key_uuid(t, key)) for t in webhook.targets),
         ]
         loaded.update(self.store.load_many([w for w in wanted if w[1] not in loaded]))  # none, unless a guess missed
-        targets = tuple(
-            t for t in webhook.targets
-            if (e := loaded.get(endpoint_uuid_of(t))) is not None and e.is_active(now)
-        )
+        active = [e for t in webhook.targets if (e := loaded.get(endpoint_uuid_of(t))) is not None and e.is_active(now)]
+        sender = webhook.trust.actor(webhook.source_type, payload, verified=verified)
         env = envelope(source=webhook.source_type, kind=kind, webhook_id=webhook.webhook_id, trust_mode=trust_mode,
-                       verified=verified, content_type=content_type, size=len(body), headers=redacted, payload=payload)
+                       verified=verified, content_type=content_type, size=len(body), headers=redacted, payload=payload,
+                       actor=sender)
         outcome = self.engine.evaluate(rule_set, env) if rule_set.rules else NoMatch()
-        decision = decide(rule_set, outcome, targets=targets or (owner.endpoint_id,), target_queue=webhook.target_queue)
+        decision = decide(
+            rule_set, outcome, targets=tuple(e.endpoint_id for e in active) or (owner.endpoint_id,),
+            target_queue=webhook.target_queue, scopes={e.endpoint_id: e.queues for e in active},
+            untrusted=sender if webhook.trust.holds(sender) else None,
+            subject=subject_of(webhook.source_type, kind, payload), webhook_id=webhook.webhook_id,
+        )
+        if decision.once_subject is not None:  # read before the write side, as the keys are
+            loaded.update(self.store.load_many([(OnceKey, once_uuid(t, decision.queue, decision.once_subject))
+                                                for t in decision.endpoints]))
         title = derive_title(webhook.source_type, kind, payload, body=body, content_type=content_type)
         todo_payload = payload if payload is not None else body.decode(errors="replace")
         queue = QUARANTINE if decision.faulted else decision.queue
@@ -164,31 +173,68 @@ class Ingest:
         event_id = f"{DELIVERY_PREFIX}{delivery_uuid.hex}"
         actor = f"webhook:{webhook.webhook_id}"
 
-        def open_on(uow: UnitOfWork, target: Endpoint) -> dict[str, Any]:
-            """One todo on one target, or the live one its idempotency key already names."""
-            todo, created = open_or_reuse(uow, target.endpoint_id, key, lambda: Todo.open(
+        def open_on(uow: UnitOfWork, target: Endpoint) -> tuple[dict[str, Any], bool]:
+            """One todo on one target, or the live one its idempotency key (or, for `once`, its
+            subject) already names; True for a `once` repeat."""
+            once = Once(uow, target.endpoint_id, queue, decision.once_subject, actor)
+            todo, created = open_or_reuse(uow, target.endpoint_id, key, lambda: once.bound(Todo.open(
                 id=uuid4(), now=uow.now, actor=actor, endpoint_id=target.endpoint_id, queue=queue,
                 source=webhook.source_type, title=title, trust_mode=trust_mode, payload=todo_payload,
                 payload_size=len(body), kind=kind, idempotency_key=key, routing=decision.trace,
                 delivery_id=event_id, cause="ingest",
-            ), actor=actor)
-            return {"id": todo.todo_id, "endpoint_id": target.endpoint_id, "queue": todo.queue, "created": created}
+            )), actor=actor, reuse=once.live if decision.once_subject is not None else None)
+            ref = {"id": todo.todo_id, "endpoint_id": target.endpoint_id, "queue": todo.queue, "created": created}
+            return ref, once.repeat
 
-        def handler(uow: UnitOfWork) -> list[dict[str, Any]]:
+        def handler(uow: UnitOfWork) -> tuple[list[dict[str, Any]], bool]:
             todos: list[dict[str, Any]] = []
+            repeat = False
             for endpoint_id in ([] if decision.drop else decision.endpoints):
                 target = uow.get(Endpoint, endpoint_uuid_of(endpoint_id))
                 if target is not None and target.is_active(uow.now):
-                    todos.append(open_on(uow, target))
-            disposition = "faulted" if decision.faulted else "dropped" if decision.drop else "routed"
+                    ref, repeated = open_on(uow, target)
+                    todos.append(ref)
+                    repeat = repeat or repeated
             uow.add(Delivery.accept(
                 id=delivery_uuid, now=uow.now, actor=actor, webhook_id=webhook.webhook_id,
                 endpoint_id=owner.endpoint_id, source=webhook.source_type, kind=kind, trust_mode=trust_mode,
                 verified=verified, remote_addr=remote_addr, content_type=content_type, size=len(body),
-                headers=redacted, body=body, delivery_key=key, disposition=disposition, routing=decision.trace,
-                todos=todos,
+                headers=redacted, body=body, delivery_key=key, disposition=decision.disposition,
+                routing=repeat_trace(decision.trace) if repeat else decision.trace, todos=todos,
+                sender_actor=sender.to_json(),
             ))
-            return todos
+            return todos, repeat
 
-        todos = self.store.run(handler, hints={k: v for k, v in loaded.items() if not isinstance(v, Webhook)})
-        return Ingested(todos=todos, verified=verified, trust_mode=trust_mode, event_id=event_id, decision=decision)
+        todos, repeat = self.store.run(handler, hints={k: v for k, v in loaded.items() if not isinstance(v, Webhook)})
+        return Ingested(todos=todos, verified=verified, trust_mode=trust_mode, event_id=event_id, decision=decision,
+                        repeat=repeat)
+
+
+class Once:
+    """`once` on one target: the live todo its subject names on the queue, or the binding of a new
+    one. The key's stream is (endpoint, queue, subject), so concurrent deliveries for a subject
+    race on its version and the store lets one bind it (docs/adr/0024-trust-and-once.md)."""
+
+    def __init__(self, uow: UnitOfWork, endpoint_id: str, queue: str, subject: str | None, actor: str) -> None:
+        self.uow, self.endpoint_id, self.queue, self.subject, self.actor = uow, endpoint_id, queue, subject, actor
+        self.key: OnceKey | None = None
+        self.repeat = False
+
+    def live(self) -> Todo | None:
+        """The subject's live todo (a repeat), else None: the next todo opened binds the key."""
+        if self.subject is None:
+            return None
+        self.key = self.uow.get(OnceKey, once_uuid(self.endpoint_id, self.queue, self.subject))
+        if self.key is None:
+            self.key = OnceKey.new(endpoint_id=self.endpoint_id, queue=self.queue, subject=self.subject)
+            return None
+        named = self.uow.get(Todo, parse_id(TODO_PREFIX, self.key.todo_id), fresh=True)
+        self.repeat = named is not None and named.is_live
+        return named if self.repeat else None
+
+    def bound(self, todo: Todo) -> Todo:
+        """The new todo, with the subject's key pointing at it."""
+        if self.key is not None:
+            self.key.bind(todo_id=todo.todo_id, now=self.uow.now, actor=self.actor, named_is_live=False)
+            self.uow.add(self.key)
+        return todo

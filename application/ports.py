@@ -37,6 +37,18 @@ class UnitOfWork(Protocol):
 
     def claimable(self, endpoint_id: str, queues: Sequence[str], limit: int) -> list[UUID]: ...
 
+    def queue_load(self, endpoint_id: str, queue: str, *, fresh: bool = False) -> QueueLoad: ...
+    """The queue's claimed todos and its claims of the last 60 s plus this batch's claims: as this
+    process last knew them (possibly behind), or as committed with `fresh`."""
+
+
+@dataclass(frozen=True)
+class QueueLoad:
+    """What admission counts (domain/queue.py): claimed todos, and the times of recent claims."""
+
+    in_flight: int
+    recent_claims: tuple[datetime, ...]
+
 
 @dataclass(frozen=True)
 class Recorded:
@@ -78,6 +90,10 @@ class Views(Protocol):
                    after: tuple[int, str] | None = None) -> tuple[list[dict[str, Any]], tuple[int, str] | None]: ...
 
     def queue_counts(self, endpoint_ids: Sequence[str] | None = None) -> list[dict[str, Any]]: ...
+
+    def queue_loads(self, endpoint_id: str, queues: Sequence[str], now: datetime) -> dict[str, tuple[int, int]]: ...
+
+    def dead_letter_ids(self, endpoint_id: str, queue: str | None) -> list[str]: ...
 
     def fault_traces(self, todo_ids: Sequence[str], endpoint_ids: Sequence[str] | None,
                      ) -> dict[str, dict[str, Any]]: ...

@@ -33,13 +33,15 @@ def iso(moment: datetime | None) -> str | None:
 
 def row(*, todo_id: str, queue: str, source: str, kind: str | None, title: str, state: str, trust_mode: str,
         owner: str | None, attempt: int, lease_expires_at: datetime | None, next_retry_at: datetime | None,
-        dead_letter: bool, created_at: datetime | None, payload_size: int | None) -> dict[str, Any]:
+        dead_letter: bool, created_at: datetime | None, payload_size: int | None,
+        available_at: datetime | None) -> dict[str, Any]:
     """A todo's row (everything but the payload), from a Todo or from the read model's columns."""
     return {
         "id": todo_id, "queue": queue, "source": source, "kind": kind, "title": title, "state": state,
         "trust_mode": trust_mode, "owner": owner, "attempt": attempt, "max_attempts": MAX_ATTEMPTS,
         "lease_expires_at": iso(lease_expires_at), "next_retry_at": iso(next_retry_at),
         "dead_letter": dead_letter, "created_at": iso(created_at), "payload_size": payload_size,
+        "available_at": iso(available_at),
     }
 
 
@@ -49,7 +51,7 @@ def todo_row(todo: Todo) -> dict[str, Any]:
         todo_id=todo.todo_id, queue=todo.queue, source=todo.source, kind=todo.kind, title=todo.title,
         state=todo.state, trust_mode=todo.trust_mode, owner=todo.holder, attempt=todo.attempt,
         lease_expires_at=todo.lease_expires_at, next_retry_at=todo.next_retry_at, dead_letter=todo.dead_letter,
-        created_at=todo.created_at, payload_size=todo.payload_size,
+        created_at=todo.created_at, payload_size=todo.payload_size, available_at=todo.available_at,
     )
 
 
@@ -76,13 +78,24 @@ def todo_full(todo: Todo, *, lease_token: str | None = None) -> dict[str, Any]:
     return full
 
 
-def claimed(taken: Sequence[tuple[Todo, str | None]], *, batch: bool) -> dict[str, Any]:
-    """claim_next's answer: `{empty, todo?}`, or with `max`, `{empty, todos}`."""
+def claimed(taken: Sequence[tuple[Todo, str | None]], *, batch: bool,
+            why: dict[str, Any] | None = None) -> dict[str, Any]:
+    """claim_next's answer: `{empty, todo?}`, or with `max`, `{empty, todos}`; an empty one says why
+    when queue controls hold work back (`why`: reason, retry_after_seconds?)."""
     if batch:
-        return {"empty": not taken, "todos": [todo_full(t, lease_token=fence) for t, fence in taken]}
+        return {"empty": not taken, "todos": [todo_full(t, lease_token=fence) for t, fence in taken], **(why or {})}
     if not taken:
-        return {"empty": True}
+        return {"empty": True, **(why or {})}
     return {"empty": False, "todo": todo_full(taken[0][0], lease_token=taken[0][1])}
+
+
+def queue_views(endpoint: Endpoint, queues: Sequence[str], loads: dict[str, tuple[int, int]]) -> list[dict[str, Any]]:
+    """Each queue with its controls and its load (`claims_last_minute` only under a rate)."""
+    return [
+        {"queue": q, **endpoint.controls_of(q).as_dict(), "in_flight": loads[q][0],
+         "claims_last_minute": loads[q][1] if endpoint.controls_of(q).max_claims_per_minute else None}
+        for q in queues
+    ]
 
 
 def endpoint_view(endpoint: Endpoint) -> dict[str, Any]:
@@ -199,4 +212,8 @@ def accepted(ingested: Ingested) -> dict[str, Any]:
         answer["dropped"] = True
     if decision.faulted:
         answer["faulted"] = True
+    if decision.held:
+        answer["held"] = True
+    if ingested.repeat:
+        answer["repeat"] = True
     return answer

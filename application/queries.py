@@ -26,7 +26,7 @@ AGGREGATE_NAMES = {
     "domain.todo": ("todo", TODO_PREFIX), "domain.endpoint": ("endpoint", ENDPOINT_PREFIX),
     "domain.webhook": ("webhook", WEBHOOK_PREFIX), "domain.delivery": ("delivery", DELIVERY_PREFIX),
     "domain.operator": ("operator", OPERATOR_PREFIX),
-    "domain.idempotency": ("idempotency_key", "ik_"),
+    "domain.idempotency": ("idempotency_key", "ik_"), "domain.once": ("once_key", "ok_"),
     "domain.installation": ("installation", "in_"),
 }
 _TODO_CURSOR = re.compile(r"(\d{1,19})\.(td_[0-9a-f]{32})")

@@ -14,10 +14,12 @@ from typing import Any
 from application.access import Access, Caller
 from application.hooks import Hooks
 from application.ports import RuleEngine, Views
-from domain.endpoint import Endpoint
+from domain.endpoint import Endpoint, endpoint_uuid_of
 from domain.errors import InvalidArgument, NotFound
 from domain.ingest import delivery_kind, derive_title, redact_headers, trust_of
-from domain.routing import Faulted, NoMatch, RuleSet, check_grant, decide, envelope, parse_rule_set, rule_label
+from domain.routing import (
+    Faulted, NoMatch, RuleSet, check_grant, decide, envelope, parse_rule_set, rule_label, subject_of,
+)
 from domain.webhook import Webhook
 
 DRY_RUN_DELIVERIES = 50
@@ -115,9 +117,20 @@ class Rules:
                 webhook_id=webhook.webhook_id, trust_mode=trust_mode, verified=verified,
                 content_type="application/json", size=len(body), headers=redact_headers(lowered), payload=payload,
             )
+        # the webhook's trust as it is now decides, as it would for a delivery arriving now
+        actor = webhook.trust.actor(webhook.source_type, env.get("payload"), verified=bool(env.get("verified")))
+        env["actor"] = actor.to_json()
         outcome = self.engine.evaluate(rule_set, env) if rule_set.rules else NoMatch()
-        decision = decide(rule_set, outcome, targets=webhook.targets, target_queue=webhook.target_queue)
+        decision = decide(rule_set, outcome, targets=webhook.targets, target_queue=webhook.target_queue,
+                          scopes=self._scopes(webhook), untrusted=actor if webhook.trust.holds(actor) else None,
+                          subject=subject_of(webhook.source_type, env.get("kind"), env.get("payload")),
+                          webhook_id=webhook.webhook_id)
         return {"decision": decision.to_json(), "trace": decision.trace, "envelope": env}
+
+    def _scopes(self, webhook: Webhook) -> dict[str, tuple[str, ...]]:
+        """Each target endpoint's queues (what `exclusive` picks by)."""
+        loaded = self.hooks.store.load_many([(Endpoint, endpoint_uuid_of(t)) for t in webhook.targets])
+        return {e.endpoint_id: e.queues for e in loaded.values() if e is not None}
 
     def replay(self, webhook_id: str, candidate: Mapping[str, Any], *, caller: Caller,
                last: int | None = None) -> dict[str, Any]:
@@ -135,10 +148,14 @@ class Rules:
         outcomes = self.engine.evaluate_many(rule_set, [env for _, env in recent], compare_with=saved)
         counts: dict[str, int] = {}
         changed: list[dict[str, Any]] = []
+        scopes = self._scopes(webhook)
         for (event_id, env_json), (after_outcome, before_outcome) in zip(recent, outcomes):
-            after = decide(rule_set, after_outcome, targets=webhook.targets, target_queue=webhook.target_queue)
-            before = decide(saved, before_outcome, targets=webhook.targets, target_queue=webhook.target_queue)
-            key = "faulted" if after.faulted else "drop" if after.drop else f"queue:{after.queue}"
+            after = decide(rule_set, after_outcome, targets=webhook.targets, target_queue=webhook.target_queue,
+                           scopes=scopes)
+            before = decide(saved, before_outcome, targets=webhook.targets, target_queue=webhook.target_queue,
+                            scopes=scopes)
+            key = ("faulted" if after.faulted else "held" if after.held else "drop" if after.drop
+                   else f"queue:{after.queue}")
             counts[key] = counts.get(key, 0) + 1
             if after.to_json() != before.to_json() and len(changed) < REPLAY_CHANGED_SHOWN:
                 kind, title = _kind_and_title(env_json)

@@ -7,6 +7,7 @@ It only delegates — to one module per capability — and presents what they re
 - application/operators.py   operators, tokens, the installation's base URL
 - application/endpoints.py   vend, authenticate, revoke, default lease
 - application/todos.py       the todo lifecycle's commands, `open_or_reuse` for idempotency keys
+- application/queues.py      queue controls (admission of every claim), delays, bulk retry
 - application/queries.py     todos, history, explain, listings, counts, audit, webhooks and deliveries
 - application/explain.py     a todo's story in sentences, from its events (pure)
 - application/presenters.py  how every answer looks (the one place answers are shaped)
@@ -25,7 +26,9 @@ from application.endpoints import Endpoints
 from application.operators import Operators
 from application.ports import Clock, EventStore, PasswordHasher, Views
 from application.queries import Queries
+from application.queues import Queues, why_empty
 from application.todos import Todos
+from domain.queue import UNSET
 from domain.endpoint import Endpoint
 
 __all__ = ["Caller", "EndpointScope", "Switchboard"]
@@ -46,6 +49,16 @@ class Switchboard:
         self.todos = Todos(store)
         self.endpoints = Endpoints(store, views, clock, self.todos)
         self.queries = Queries(store, views, self.access)
+        self.queues = Queues(store, views, clock, self.access)
+
+    @property
+    def on_refused(self):
+        """Told of each claim a queue's controls refused (queue, reason): the metric's counter."""
+        return self.todos.on_refused
+
+    @on_refused.setter
+    def on_refused(self, counter) -> None:
+        self.todos.on_refused = counter
 
     @property
     def hasher(self) -> PasswordHasher:
@@ -113,11 +126,31 @@ class Switchboard:
     def list_endpoints(self, *, caller: Caller) -> list[dict[str, Any]]:
         return self.endpoints.list(caller=caller)
 
+    # -- queue controls and bulk actions ---------------------------------------------------
+
+    def set_queue_controls(self, ref: str, queue: str, *, caller: Caller, paused: Any = UNSET,
+                           max_in_flight: Any = UNSET, max_claims_per_minute: Any = UNSET) -> dict[str, Any]:
+        endpoint, loads = self.queues.set(ref, queue, caller=caller, paused=paused, max_in_flight=max_in_flight,
+                                          max_claims_per_minute=max_claims_per_minute)
+        return present.queue_views(endpoint, [queue], loads)[0]
+
+    def queue_controls(self, ref: str, *, caller: Caller) -> dict[str, Any]:
+        endpoint, loads = self.queues.list(ref, caller=caller)
+        return {"endpoint_id": endpoint.endpoint_id, "slug": endpoint.slug,
+                "queues": present.queue_views(endpoint, endpoint.queues, loads)}
+
+    def bulk_retry(self, ref: str, *, caller: Caller, dead_letters: object, queue: str | None = None,
+                   dry_run: bool = False) -> dict[str, Any]:
+        count, bulk_id = self.queues.bulk_retry(ref, caller=caller, dead_letters=dead_letters, queue=queue,
+                                                dry_run=dry_run)
+        return {"would_retry": count} if bulk_id is None else {"retried": count, "bulk_action_id": bulk_id}
+
     # -- todos -----------------------------------------------------------------------------
 
     def push(self, ref: str, title: str, *, caller: Caller, queue: str | None = None, payload: Any = None,
-             key: str | None = None) -> dict[str, Any]:
-        todo, created = self.todos.push(ref, title, caller=caller, queue=queue, payload=payload, key=key)
+             key: str | None = None, not_before: object = None, delay_seconds: object = None) -> dict[str, Any]:
+        todo, created = self.todos.push(ref, title, caller=caller, queue=queue, payload=payload, key=key,
+                                        not_before=not_before, delay_seconds=delay_seconds)
         return {"todo": present.todo_row(todo), "created": created}
 
     def retry(self, todo_id: str, *, caller: Caller) -> dict[str, Any]:
@@ -138,9 +171,9 @@ class Switchboard:
     def claim_next(self, *, caller: Caller, queue: str | None = None, lease_ttl_seconds: float | None = None,
                    claimant: str | None = None, require_fence: bool = False,
                    max_todos: int | None = None) -> dict[str, Any]:
-        taken = self.todos.claim_next(caller=caller, queue=queue, lease_ttl_seconds=lease_ttl_seconds,
-                                      claimant=claimant, require_fence=require_fence, max_todos=max_todos)
-        return present.claimed(taken, batch=max_todos is not None)
+        taken, refused = self.todos.claim_next(caller=caller, queue=queue, lease_ttl_seconds=lease_ttl_seconds,
+                                               claimant=claimant, require_fence=require_fence, max_todos=max_todos)
+        return present.claimed(taken, batch=max_todos is not None, why=why_empty(refused))
 
     def heartbeat(self, todo_id: str, *, caller: Caller, lease_ttl_seconds: float | None = None,
                   lease_token: str | None = None) -> dict[str, Any]:
@@ -158,8 +191,9 @@ class Switchboard:
             todo_id, caller=caller, result=result, summary=summary, lease_token=lease_token))
 
     def release(self, todo_id: str, *, caller: Caller, summary: str | None = None,
-                lease_token: str | None = None) -> dict[str, Any]:
-        return present.todo_row(self.todos.release(todo_id, caller=caller, summary=summary, lease_token=lease_token))
+                lease_token: str | None = None, delay_seconds: float | None = None) -> dict[str, Any]:
+        return present.todo_row(self.todos.release(todo_id, caller=caller, summary=summary, lease_token=lease_token,
+                                                   delay_seconds=delay_seconds))
 
     def fire_timers(self, todo_ids: Sequence[str]) -> int:
         return self.todos.fire_timers(todo_ids)

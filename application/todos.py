@@ -13,10 +13,12 @@ from application.access import (
     Caller, EndpointScope, active_endpoint, scope_of, touchable_endpoint, touchable_todo, todo_uuid,
 )
 from application.ports import EventStore, UnitOfWork
+from application.queues import admit, not_before_of, refusal_of
 from domain.endpoint import endpoint_uuid, endpoint_uuid_of
 from domain.errors import Conflict, Forbidden, InvalidArgument
 from domain.idempotency import KEY_MAX_BYTES, IdempotencyKey, key_uuid
 from domain.names import check_queue_name
+from domain.queue import QueueRefused, Refusal, check_delay_seconds
 from domain.todo import Todo, effective_lease
 
 CLAIM_CANDIDATES = 8
@@ -26,8 +28,9 @@ Claimed = tuple[Todo, "str | None"]  # a claimed todo and its lease token (fence
 
 
 def open_or_reuse(uow: UnitOfWork, endpoint_id: str, key: str | None, open_todo: Callable[[], Todo], *,
-                  actor: str) -> tuple[Todo, bool]:
-    """The live todo an endpoint's idempotency key already names (and False), or the new todo
+                  actor: str, reuse: Callable[[], Todo | None] | None = None) -> tuple[Todo, bool]:
+    """The live todo an endpoint's idempotency key already names (and False), or the live todo
+    `reuse` finds after it (a `once` subject's; False, and the key stays unbound), or the new todo
     `open_todo` opens (and True), the key then bound to it."""
     binding = None
     if key is not None:
@@ -38,6 +41,8 @@ def open_or_reuse(uow: UnitOfWork, endpoint_id: str, key: str | None, open_todo:
                 return existing, False
         else:
             binding = IdempotencyKey.new(endpoint_id=endpoint_id, key=key)
+    if reuse is not None and (live := reuse()) is not None:
+        return live, False
     todo = open_todo()
     uow.add(todo)
     if binding is not None:
@@ -65,6 +70,8 @@ class Todos:
 
     def __init__(self, store: EventStore) -> None:
         self.store = store
+        self.on_refused: Callable[[str, str], None] = lambda queue, reason: None
+        """Told of each claim a queue's controls refused (queue, reason): the metric's counter."""
 
     def _act(self, todo_id: str, caller: Caller,
              command: Callable[[Todo, UnitOfWork, EndpointScope], None]) -> Todo:
@@ -81,8 +88,10 @@ class Todos:
     # -- the operator's side -------------------------------------------------------------
 
     def push(self, ref: str, title: str, *, caller: Caller, queue: str | None = None, payload: Any = None,
-             key: str | None = None) -> tuple[Todo, bool]:
-        """An operator-authored todo; with a key, a repeat while the first is live returns it (False)."""
+             key: str | None = None, not_before: object = None, delay_seconds: object = None) -> tuple[Todo, bool]:
+        """An operator-authored todo; with a key, a repeat while the first is live returns it (False).
+        With `not_before` (RFC 3339) or `delay_seconds` it is pending but not claimable until then."""
+        later = not_before_of(not_before, delay_seconds)
         payload_size = _check_push(title, key, payload)
         endpoint_id = endpoint_uuid_of(ref)
         todo_id = UUID(bytes=secrets.token_bytes(16), version=4)
@@ -97,7 +106,7 @@ class Todos:
             return open_or_reuse(uow, endpoint.endpoint_id, key, lambda: Todo.open(
                 id=todo_id, now=uow.now, actor=caller.label, endpoint_id=endpoint.endpoint_id,
                 queue=target, source="operator", title=title, trust_mode="operator", payload=payload,
-                payload_size=payload_size, idempotency_key=key,
+                payload_size=payload_size, idempotency_key=key, not_before=later(uow.now),
             ), actor=caller.label)
 
         return self.store.run(handler)
@@ -132,23 +141,40 @@ class Todos:
               claimant: str | None = None, require_fence: bool = False) -> Claimed:
         """Claims one claimable todo under a lease; each claim is one attempt."""
         fence = secrets.token_urlsafe(24) if require_fence else None
-        todo = self._act(todo_id, caller, lambda todo, uow, scope: todo.claim(
-            now=uow.now, holder=caller.label, claimant=claimant, fence_token=fence,
-            lease=effective_lease(lease_ttl_seconds, scope.default_lease),
-        ))
+
+        def command(todo: Todo, uow: UnitOfWork, scope: EndpointScope) -> None:
+            under = admit(uow, scope.controls, todo) if todo.is_claimable(uow.now) else None
+            todo.claim(now=uow.now, holder=caller.label, claimant=claimant, fence_token=fence,
+                       lease=effective_lease(lease_ttl_seconds, scope.default_lease), admitted_under=under)
+
+        try:
+            todo = self._act(todo_id, caller, command)
+        except QueueRefused as refused:
+            self._count_refused(refused.queue, refused.refusal)
+            raise
         return todo, fence
+
+    def _count_refused(self, queue: str, refusal: Refusal) -> None:
+        try:
+            self.on_refused(queue, refusal.reason)
+        except Exception:  # a counter that cannot count must not turn a refusal into a failure
+            pass
 
     def claim_next(self, *, caller: Caller, queue: str | None = None, lease_ttl_seconds: float | None = None,
                    claimant: str | None = None, require_fence: bool = False,
-                   max_todos: int | None = None) -> list[Claimed]:
+                   max_todos: int | None = None) -> tuple[list[Claimed], dict[str, Refusal]]:
         """Claims the oldest claimable todo across the endpoint's queues (or the one given); with
-        `max_todos`, up to that many at once (oldest first, one lease and one attempt each)."""
+        `max_todos`, up to that many at once (oldest first, one lease and one attempt each). A queue
+        whose controls admit no claim now is passed by; when nothing is taken, the refusals of the
+        queues that hold claimable work back come with the (empty) answer."""
         if caller.kind != "endpoint":
             raise Forbidden("claim_next is for endpoints")
         if max_todos is not None and (isinstance(max_todos, bool) or not 1 <= max_todos <= MAX_CLAIM_BATCH):
             raise InvalidArgument(f"max must be 1..{MAX_CLAIM_BATCH}")
         want = 1 if max_todos is None else max_todos
         endpoint_id = endpoint_uuid(caller.name)
+
+        refused: dict[str, Refusal] = {}
 
         def handler(uow: UnitOfWork) -> list[Claimed]:
             scope = caller.scope or scope_of(active_endpoint(uow, endpoint_id))
@@ -157,22 +183,44 @@ class Todos:
             queues = [queue] if queue is not None else list(scope.queues)
             lease = effective_lease(lease_ttl_seconds, scope.default_lease)
             taken: list[Claimed] = []  # a re-run after a lost race starts over
+            refused.clear()
+            for q in scope.controls:  # a queue that cannot admit now is not even looked in
+                if q in queues and (refusal := refusal_of(uow, scope.endpoint_id, q, scope.controls[q])):
+                    refused[q] = refusal
+                    queues.remove(q)
             for todo in self._claimable(uow, scope.endpoint_id, queues, want):
+                under = None
+                if todo.queue in scope.controls:
+                    if refusal := refusal_of(uow, scope.endpoint_id, todo.queue, scope.controls[todo.queue]):
+                        refused[todo.queue] = refusal  # full now (this batch's claims count)
+                        queues.remove(todo.queue)  # its other candidates are passed by
+                        continue
+                    under = admit(uow, scope.controls, todo)
                 fence = secrets.token_urlsafe(24) if require_fence else None
-                todo.claim(now=uow.now, holder=caller.label, lease=lease, claimant=claimant, fence_token=fence)
+                todo.claim(now=uow.now, holder=caller.label, lease=lease, claimant=claimant, fence_token=fence,
+                           admitted_under=under)
                 taken.append((todo, fence))
                 if len(taken) == want:
                     break
+            if not taken:  # only the refusals that hold work back are said (an empty queue says nothing)
+                for q in [q for q in refused if not uow.claimable(scope.endpoint_id, [q], 1)]:
+                    del refused[q]
             return taken
 
-        return self.store.run(handler)
+        taken = self.store.run(handler)
+        if taken:
+            return taken, {}
+        for q, refusal in refused.items():
+            self._count_refused(q, refusal)
+        return taken, dict(refused)
 
     @staticmethod
-    def _claimable(uow: UnitOfWork, endpoint_id: str, queues: Sequence[str], want: int):
-        """Claimable todos, oldest first; candidates taken meanwhile by another process are
-        skipped, not fatal (each is read again fresh before it is given up)."""
+    def _claimable(uow: UnitOfWork, endpoint_id: str, queues: list[str], want: int):
+        """Claimable todos of these queues, oldest first; candidates taken meanwhile by another
+        process are skipped, not fatal (each is read again fresh before it is given up). A queue the
+        caller removes from `queues` meanwhile yields nothing more."""
         seen: set[UUID] = set()
-        while True:
+        while queues:
             candidates = [c for c in uow.claimable(endpoint_id, queues, max(CLAIM_CANDIDATES, want) + len(seen))
                           if c not in seen]
             if not candidates:
@@ -182,7 +230,7 @@ class Todos:
                 todo = uow.get(Todo, candidate)
                 if todo is not None and not todo.is_claimable(uow.now):
                     todo = uow.get(Todo, candidate, fresh=True)
-                if todo is not None and todo.is_claimable(uow.now):
+                if todo is not None and todo.is_claimable(uow.now) and todo.queue in queues:
                     yield todo
 
     def heartbeat(self, todo_id: str, *, caller: Caller, lease_ttl_seconds: float | None = None,
@@ -206,9 +254,11 @@ class Todos:
         ))
 
     def release(self, todo_id: str, *, caller: Caller, summary: str | None = None,
-                lease_token: str | None = None) -> Todo:
+                lease_token: str | None = None, delay_seconds: object = None) -> Todo:
+        """The holder hands the todo back; with `delay_seconds` (0..86400) a snooze."""
+        delay = check_delay_seconds(delay_seconds)
         return self._act(todo_id, caller, lambda todo, uow, _: todo.release(
-            now=uow.now, holder=caller.label, summary=summary, fence_token=lease_token,
+            now=uow.now, holder=caller.label, summary=summary, fence_token=lease_token, delay=delay,
         ))
 
     def revoke_lease(self, todo_id: str, holder: str, *, caller: Caller) -> bool:
@@ -227,7 +277,8 @@ class Todos:
     # -- the scheduler's commands --------------------------------------------------------
 
     def fire_timers(self, todo_ids: Sequence[str]) -> int:
-        """Expires lapsed leases and requeues due retries among these todos; returns how many moved."""
+        """Expires lapsed leases, requeues due retries and marks elapsed delays among these todos;
+        returns how many moved."""
         uuids = [todo_uuid(t) for t in todo_ids]
 
         def handler(uow: UnitOfWork) -> int:
@@ -236,12 +287,14 @@ class Todos:
                 todo = uow.get(Todo, todo_uuid_)
                 if todo is None:
                     continue
-                if not (todo.lease_lapsed(uow.now) or todo.retry_due(uow.now)):
+                if not (todo.lease_lapsed(uow.now) or todo.retry_due(uow.now) or todo.delay_due(uow.now)):
                     todo = uow.get(Todo, todo_uuid_, fresh=True)
                 if todo.lease_lapsed(uow.now):
                     todo.expire_lease(now=uow.now)
                 elif todo.retry_due(uow.now):
                     todo.requeue_due(now=uow.now)
+                elif todo.delay_due(uow.now):
+                    todo.elapse_delay(now=uow.now)
                 else:
                     continue
                 moved += 1

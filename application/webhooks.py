@@ -68,6 +68,11 @@ class Webhooks:
     def reseal(self, old_box: SecretBox, *, caller: Caller) -> dict[str, Any]:
         return self.hooks.reseal(old_box, caller=caller)
 
+    def set_trust(self, webhook_id: str, *, caller: Caller, senders: Sequence[str] | None,
+                  associations: Sequence[str] | None) -> dict[str, Any]:
+        webhook, policy = self.hooks.set_trust(webhook_id, caller=caller, senders=senders, associations=associations)
+        return {"webhook_id": webhook.webhook_id, **policy.to_json()}
+
     # -- routes --------------------------------------------------------------------------
 
     def add_route(self, webhook_id: str, target_endpoint_id: str, *, caller: Caller) -> dict[str, Any]:

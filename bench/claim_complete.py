@@ -14,6 +14,9 @@ and dropped at the end, even on failure. Phases, all in one run:
    (the target is on the median). Unless `--batch 0`, each round also runs the batch pair:
    `claim_next(max=B)` + `complete` of each against a raw `FOR UPDATE SKIP LOCKED ... LIMIT B`
    claim + one UPDATE per todo (B = 10 by default).
+   With `--max-in-flight N`, each round also runs the Switchboard drain with the queue's
+   `max_in_flight` set to N (queue controls, CONTRACT §13; N high enough not to bind measures
+   what admission costs the hot path), against the same round's raw SQL.
 4. The same Switchboard workload on a temporary SQLite file.
 5. `Projector.rebuild()` speed (events/s) on PostgreSQL (~100k events) and on SQLite.
 
@@ -140,10 +143,13 @@ def make_container(url: str, data_dir: str) -> Container:
     return build(Settings(database_url=url, data_dir=data_dir))
 
 
-def setup_endpoint(container: Container) -> str:
+def setup_endpoint(container: Container, max_in_flight: int | None = None) -> str:
     app = container.app
     app.ensure_admin()
-    return app.vend("bench", queues=["work"], caller=Caller.cli())["slug"]
+    slug = app.vend("bench", queues=["work"], caller=Caller.cli())["slug"]
+    if max_in_flight is not None:
+        app.set_queue_controls(slug, "work", caller=Caller.cli(), max_in_flight=max_in_flight)
+    return slug
 
 
 def push_todos(container: Container, slug: str, count: int, threads: int, start_at: int = 0) -> float:
@@ -206,10 +212,10 @@ def profile_writer(container: Container, profile_dir: str) -> None:
 
 
 def switchboard_round(url: str, todos: int, workers: int, data_dir: str, *, profile_dir: str | None = None,
-                      keep: bool = False, batch: int | None = None) -> dict:
+                      keep: bool = False, batch: int | None = None, max_in_flight: int | None = None) -> dict:
     container = make_container(url, data_dir)
     try:
-        slug = setup_endpoint(container)
+        slug = setup_endpoint(container, max_in_flight)
         push_seconds = push_todos(container, slug, todos, workers)
         if container.store.url.dialect == "postgres":
             with psycopg.connect(url, autocommit=True) as conn:
@@ -369,6 +375,8 @@ def main() -> int:
     parser.add_argument("--fill-threads", type=int, default=8, help="threads that generate rebuild events (default 8)")
     parser.add_argument("--batch", type=int, default=10,
                         help="also a batch pair per round: claim_next(max=B) against SKIP LOCKED LIMIT B (0: none)")
+    parser.add_argument("--max-in-flight", type=int, metavar="N",
+                        help="each round also drains a queue with max_in_flight N (queue controls)")
     parser.add_argument("--skip-sqlite", action="store_true", help="skip the SQLite phases")
     parser.add_argument("--skip-rebuild", action="store_true", help="skip the rebuild phases")
     parser.add_argument("--profile", metavar="DIR", help="cProfile the first Switchboard/PostgreSQL drain into DIR")
@@ -417,6 +425,15 @@ def main() -> int:
             ratio = sb["rate"] / raw["rate"] if raw["rate"] else 0.0
             log(f"[round {r}] ratio switchboard/raw = {ratio:.3f}  (load %.2f)" % os.getloadavg()[0])
             summary["pairs"].append((sb["rate"], raw["rate"], ratio, sb["done"], raw["done"]))
+            if args.max_in_flight:
+                url = dbs.create(f"sb_limited{r}")
+                lim = switchboard_round(url, args.todos, args.workers, tmp.name, max_in_flight=args.max_in_flight)
+                dbs.drop(url)
+                ratio_l = lim["rate"] / raw["rate"] if raw["rate"] else 0.0
+                log(f"[round {r}] max_in_flight {args.max_in_flight}: switchboard/pg {lim['rate']:8.1f} todos/s"
+                    f" ({lim['done']}; errors {len(lim['errors'])}) | ratio to raw {ratio_l:.3f}  (load %.2f)"
+                    % os.getloadavg()[0])
+                summary.setdefault("limited_pairs", []).append((lim["rate"], raw["rate"], ratio_l))
 
             if args.batch:  # claim_next(max=B) + complete each, against SKIP LOCKED ... LIMIT B
                 url = dbs.create(f"raw_batch{r}")
@@ -485,6 +502,11 @@ def main() -> int:
         verdict = "MEETS" if statistics.median(ratios) >= 0.5 else "BELOW"
         log(f"ratio switchboard/raw: best {max(ratios):.3f}, median {statistics.median(ratios):.3f}"
             f"  (target: median >= 0.5: {verdict})")
+    if summary.get("limited_pairs"):
+        limited = summary["limited_pairs"]
+        log(f"max_in_flight {args.max_in_flight}: switchboard/pg median {statistics.median(p[0] for p in limited):8.1f}"
+            f" todos/s; ratio to raw median {statistics.median(p[2] for p in limited):.3f}"
+            f" (without controls: {statistics.median(ratios):.3f})")
     if summary.get("batch_pairs"):
         batch = summary["batch_pairs"]
         median_b = statistics.median(p[2] for p in batch)

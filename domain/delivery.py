@@ -16,7 +16,7 @@ from domain.events import Aggregate, DomainEvent
 from domain.names import format_id
 
 DELIVERY_PREFIX = "ev_"
-DISPOSITIONS = ("routed", "dropped", "faulted")
+DISPOSITIONS = ("routed", "dropped", "faulted", "held")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,6 +37,9 @@ class DeliveryAccepted(DomainEvent):
     disposition: str
     routing: dict[str, Any]
     todos: list[dict[str, Any]]
+    # the rule envelope's `actor` ({sender, association, trusted}); None in deliveries stored
+    # before trusted senders existed (every one of them trusted)
+    sender_actor: dict[str, Any] | None = None
 
 
 DELIVERY_EVENTS = (DeliveryAccepted,)

@@ -11,6 +11,7 @@ from uuid import UUID, uuid5
 from domain.errors import CeilingExceeded, Conflict, Forbidden, ForbiddenSourceType, InvalidArgument, NotFound
 from domain.events import Aggregate, DomainEvent
 from domain.names import ENDPOINT_PREFIX, SOURCE_TYPES, check_queue_name, format_id, parse_id
+from domain.queue import NO_CONTROLS, UNSET, QueueControls
 from domain.todo import DEFAULT_LEASE, MAX_LEASE, MIN_DEFAULT_LEASE
 
 TODO_VERBS = (
@@ -85,6 +86,16 @@ class EndpointRevoked(DomainEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class QueueControlsSet(DomainEvent):
+    """An operator set the controls of one of the endpoint's queues (all three, as they now are)."""
+
+    queue: str
+    paused: bool
+    max_in_flight: int | None
+    max_claims_per_minute: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class WebhookAttached(DomainEvent):
     webhook_id: str
 
@@ -94,7 +105,9 @@ class WebhookDetached(DomainEvent):
     webhook_id: str
 
 
-ENDPOINT_EVENTS = (EndpointVended, DefaultLeaseSet, EndpointRevoked, WebhookAttached, WebhookDetached)
+ENDPOINT_EVENTS = (
+    EndpointVended, DefaultLeaseSet, EndpointRevoked, WebhookAttached, WebhookDetached, QueueControlsSet,
+)
 
 
 def _unique(values) -> tuple[str, ...]:
@@ -102,7 +115,8 @@ def _unique(values) -> tuple[str, ...]:
 
 
 class Endpoint(Aggregate):
-    """An endpoint's scope is fixed at vend; only its default lease changes, until revoked."""
+    """An endpoint's scope is fixed at vend; its default lease and its queues' controls change
+    until it is revoked."""
 
     @classmethod
     def vend(
@@ -180,6 +194,28 @@ class Endpoint(Aggregate):
             default_lease_seconds=check_default_lease(seconds),
         )
 
+    def controls_of(self, queue: str) -> QueueControls:
+        """The controls of one of its queues (none set: admits every claim)."""
+        return self.queue_controls.get(queue, NO_CONTROLS)
+
+    def set_queue_controls(
+        self, *, now: datetime, actor: str, queue: str, paused: object = UNSET,
+        max_in_flight: object = UNSET, max_claims_per_minute: object = UNSET, cause: str = "set_queue_controls",
+    ) -> QueueControls:
+        """An operator pauses or resumes one of the endpoint's queues or sets its limits; settings
+        not given stay as they are. A change that changes nothing records nothing."""
+        self._check_not_revoked()
+        if queue not in self.queues:
+            raise InvalidArgument(f"queue {queue!r} is not one of endpoint {self.slug}'s queues")
+        before = self.controls_of(queue)
+        after = before.changed(paused=paused, max_in_flight=max_in_flight, max_claims_per_minute=max_claims_per_minute)
+        if after != before:
+            self._record(
+                QueueControlsSet, timestamp=now, actor=actor, cause=cause, queue=queue, paused=after.paused,
+                max_in_flight=after.max_in_flight, max_claims_per_minute=after.max_claims_per_minute,
+            )
+        return after
+
     def revoke(self, *, now: datetime, actor: str) -> None:
         """Revocation is final; revoking twice is a conflict."""
         self._check_not_revoked()
@@ -225,6 +261,7 @@ class Endpoint(Aggregate):
                 self.revoked = False
                 self.revoked_at = None
                 self.webhook_ids: tuple[str, ...] = ()
+                self.queue_controls: dict[str, QueueControls] = {}
             case DefaultLeaseSet():
                 self.default_lease_seconds = event.default_lease_seconds
             case EndpointRevoked():
@@ -234,6 +271,10 @@ class Endpoint(Aggregate):
                 self.webhook_ids = (*self.webhook_ids, event.webhook_id)
             case WebhookDetached():
                 self.webhook_ids = tuple(w for w in self.webhook_ids if w != event.webhook_id)
+            case QueueControlsSet():
+                controls = QueueControls(event.paused, event.max_in_flight, event.max_claims_per_minute)
+                # replaced, never mutated: a clone shares the dict until it changes
+                self.queue_controls = {**self.queue_controls, event.queue: controls}
             case _:  # pragma: no cover
                 raise TypeError(f"Endpoint cannot apply {type(event).__name__}")
 

@@ -3,7 +3,8 @@
 A webhook carries an ordered list of at most 32 jq rules, an optional default action and
 params. Each rule sees the delivery's envelope; the first rule whose first output is neither
 false nor null decides; a fault (jq error, time budget spent) fails closed into the reserved
-`quarantine` queue on the owner endpoint.
+`quarantine` queue on the owner endpoint. An action is `{"queue": Q}` (with `endpoints`, `once`
+and `exclusive` optional), `{"drop": true}` or `{"quarantine": true}` (CONTRACT §5, §13).
 
 This module is pure: it validates the document (structure, ids, actions, params size, and a
 lexical scan for forbidden jq functions), checks actions against a grant, and turns an
@@ -18,19 +19,25 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 from domain.errors import DomainError, InvalidArgument
 from domain.names import QUARANTINE, check_queue_name
+from domain.trust import Actor
 
 MAX_RULES = 32
 EXPR_MAX_BYTES = 4096
 NAME_MAX_CHARS = 200
 PARAMS_MAX_BYTES = 16 * 1024
 SCAN_CACHE_SIZE = 1024  # expressions whose scan is remembered
+SUBJECT_SOURCES = ("github", "gitea")
+SUBJECT_KINDS = ("issue", "pull_request")  # issues, issue_comment, pull_request_review, … (and Gitea's)
+SUBJECT_PART_MAX_CHARS = 256
+QUEUE_FLAGS = ("once", "exclusive")
+NO_ACTOR = {"sender": None, "association": None, "trusted": None}
 
 RULE_ERROR_CODES = frozenset({
     "too_many_rules", "invalid_rule", "invalid_expression", "forbidden_function",
@@ -153,34 +160,66 @@ Outcome = Matched | NoMatch | Faulted
 
 @dataclass(frozen=True)
 class Decision:
-    """Where a delivery goes: dropped, or a queue on some of its target endpoints."""
+    """Where a delivery goes: dropped, held in quarantine, or a queue on some of its target endpoints.
+
+    `held` is a delivery an operator must look at first (an untrusted sender, or a rule's
+    `{"quarantine": true}`); `once_subject` is set when the action asked for `once` and the
+    delivery has a subject: each target then opens a todo only if none is live for it."""
 
     drop: bool
     queue: str | None
     endpoints: tuple[str, ...]
     faulted: bool
     trace: dict
+    held: bool = False
+    once_subject: str | None = None
+
+    @property
+    def disposition(self) -> str:
+        """How the stored delivery is marked: routed, dropped, faulted or held."""
+        return "faulted" if self.faulted else "held" if self.held else "dropped" if self.drop else "routed"
 
     def to_json(self) -> dict[str, Any]:
-        return {"drop": self.drop, "queue": self.queue, "endpoints": list(self.endpoints),
-                "faulted": self.faulted}
+        out = {"drop": self.drop, "queue": self.queue, "endpoints": list(self.endpoints), "faulted": self.faulted}
+        if self.held:
+            out["held"] = True
+        return out
 
 
-def decide(rule_set: RuleSet, outcome: Outcome, *, targets: tuple[str, ...], target_queue: str) -> Decision:
+def decide(rule_set: RuleSet, outcome: Outcome, *, targets: tuple[str, ...], target_queue: str,
+           scopes: Mapping[str, Collection[str]] | None = None, untrusted: Actor | None = None,
+           subject: str | None = None, webhook_id: str | None = None) -> Decision:
     """First match wins; no match takes the default action, else the target queue on every target;
     a fault holds one todo in `quarantine` on the owner (targets[0]), its trace saying why
-    (`reason`: timeout, error or too_large, and a `detail` for people)."""
+    (`reason`: timeout, error or too_large, and a `detail` for people).
+
+    `{"quarantine": true}` holds the delivery the same way (trace stage `rule` or `default`);
+    `untrusted` (the actor of a delivery the webhook does not trust) holds whatever the rules
+    chose except a drop (trace stage `untrusted`, naming `webhook_id`, whose trust refused it).
+    `exclusive` keeps only the first target, in
+    target order, whose scope (`scopes`, endpoint id → queues) contains the queue; `once` names
+    the delivery's `subject` in the decision (none: the flag is ignored)."""
     targets = tuple(targets)
+    decision = _decide(rule_set, outcome, targets, target_queue, scopes or {}, subject)
+    if untrusted is None or decision.drop:
+        return decision
+    trace = {"stage": "untrusted", "actor": untrusted.named(), "webhook_id": webhook_id,
+             "action": {"queue": QUARANTINE}, "rules": decision.trace}
+    return Decision(drop=False, queue=QUARANTINE, endpoints=targets[:1], faulted=False, trace=trace, held=True)
+
+
+def _decide(rule_set: RuleSet, outcome: Outcome, targets: tuple[str, ...], target_queue: str,
+            scopes: Mapping[str, Collection[str]], subject: str | None) -> Decision:
     match outcome:
         case Matched(index=index):
             if not 0 <= index < len(rule_set.rules):
                 raise ValueError(f"matched rule index {index} is out of range")
             rule = rule_set.rules[index]
             trace = {"stage": "rule", "rule_index": index, "rule_id": rule.id, "action": _copy_action(rule.action)}
-            return _apply(rule.action, targets, trace)
+            return _apply(rule.action, targets, trace, scopes, subject)
         case NoMatch():
             action = rule_set.default_action if rule_set.default_action is not None else {"queue": target_queue}
-            return _apply(action, targets, {"stage": "default", "action": _copy_action(action)})
+            return _apply(action, targets, {"stage": "default", "action": _copy_action(action)}, scopes, subject)
         case Faulted(index=index):
             trace: dict[str, Any] = {"stage": "fault"}
             if index is not None:
@@ -194,20 +233,82 @@ def decide(rule_set: RuleSet, outcome: Outcome, *, targets: tuple[str, ...], tar
     raise TypeError(f"not a routing outcome: {outcome!r}")
 
 
-def _apply(action: Mapping[str, Any], targets: tuple[str, ...], trace: dict) -> Decision:
+def _apply(action: Mapping[str, Any], targets: tuple[str, ...], trace: dict,
+           scopes: Mapping[str, Collection[str]], subject: str | None) -> Decision:
     if action.get("drop") is True:
         return Decision(drop=True, queue=None, endpoints=(), faulted=False, trace=trace)
+    if action.get("quarantine") is True:
+        return Decision(drop=False, queue=QUARANTINE, endpoints=targets[:1], faulted=False, trace=trace, held=True)
+    queue = action["queue"]
     chosen = action.get("endpoints")
     endpoints = targets if chosen is None else tuple(t for t in targets if t in chosen)
-    return Decision(drop=False, queue=action["queue"], endpoints=endpoints, faulted=False, trace=trace)
+    if action.get("exclusive") is True:
+        endpoints = next(((t,) for t in endpoints if queue in scopes.get(t, ())), ())
+    once_subject = subject if action.get("once") is True else None
+    if once_subject is not None:
+        trace["subject"] = once_subject
+    return Decision(drop=False, queue=queue, endpoints=endpoints, faulted=False, trace=trace,
+                    once_subject=once_subject)
+
+
+def repeat_trace(trace: Mapping[str, Any]) -> dict[str, Any]:
+    """The stored delivery's trace when `once` found a live todo for its subject: `once: "repeat"`."""
+    return {**trace, "once": "repeat"}
+
+
+def subject_of(source: str, kind: str | None, payload: Any) -> str | None:
+    """What `once` counts by: `<source>:<owner>/<repo>#<n>` for an issue or pull-request event of
+    github or gitea (`n` from `issue.number`, `pull_request.number` or `number`), `cairn:<data.id>`
+    for cairn; None where there is no subject."""
+    if not isinstance(payload, Mapping):
+        return None
+    if source == "cairn":
+        data = payload.get("data")
+        ident = data.get("id") if isinstance(data, Mapping) else None
+        text = _subject_part(ident)
+        return f"cairn:{text}" if text else None
+    if source not in SUBJECT_SOURCES or not isinstance(kind, str) or not kind.startswith(SUBJECT_KINDS):
+        return None
+    repo = _repository(payload.get("repository"))
+    number = None
+    for carrier in (payload.get("issue"), payload.get("pull_request"), payload):
+        value = carrier.get("number") if isinstance(carrier, Mapping) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            number = value
+            break
+    return f"{source}:{repo}#{number}" if repo and number is not None else None
+
+
+def _repository(repository: Any) -> str | None:
+    if not isinstance(repository, Mapping):
+        return None
+    full_name = _subject_part(repository.get("full_name"))
+    if full_name and "/" in full_name:
+        return full_name
+    owner = repository.get("owner")
+    owner_login = _subject_part(owner.get("login")) if isinstance(owner, Mapping) else None
+    name = _subject_part(repository.get("name"))
+    return f"{owner_login}/{name}" if owner_login and name else None
+
+
+def _subject_part(value: Any) -> str | None:
+    """A string or integer usable inside a subject (one line, no NUL, at most 256 characters)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, str) and value.strip() and len(value) <= SUBJECT_PART_MAX_CHARS and value.isprintable():
+        return value
+    return None
 
 
 def envelope(*, source: str, kind: str | None, webhook_id: str, trust_mode: str, verified: bool,
-             content_type: str | None, size: int, headers: Mapping[str, str], payload: Any) -> dict[str, Any]:
-    """What every rule sees: the delivery's facts, its (lower-cased, redacted) headers and payload."""
+             content_type: str | None, size: int, headers: Mapping[str, str], payload: Any,
+             actor: Actor | None = None) -> dict[str, Any]:
+    """What every rule sees: the delivery's facts, who sent it ({sender, association, trusted},
+    nulls where absent), its (lower-cased, redacted) headers and payload."""
     return {
         "source": source, "kind": kind, "webhook_id": webhook_id, "trust_mode": trust_mode,
         "verified": verified, "content_type": content_type, "size": size,
+        "actor": actor.to_json() if actor is not None else dict(NO_ACTOR),
         "headers": {str(name).lower(): value for name, value in headers.items()}, "payload": payload,
     }
 
@@ -288,29 +389,38 @@ def _parse_rule(index: int, raw: Any, *, new_rule_id: Callable[[], str], require
 
 
 def _parse_action(raw: Any, label: str) -> dict[str, Any]:
-    shapes = '{"queue": Q}, {"queue": Q, "endpoints": [ids]} or {"drop": true}'
+    shapes = ('{"queue": Q, "endpoints"?: [ids], "once"?: bool, "exclusive"?: bool}, {"drop": true}'
+              ' or {"quarantine": true}')
     if not isinstance(raw, Mapping):
         raise RuleError("invalid_rule", f"{label}: action must be one of {shapes}")
     keys = set(raw)
-    if keys == {"drop"}:
-        if raw["drop"] is not True:
-            raise RuleError("invalid_rule", f"{label}: drop must be true")
-        return {"drop": True}
-    if keys not in ({"queue"}, {"queue", "endpoints"}):
+    for flag in ("drop", "quarantine"):
+        if keys == {flag}:
+            if raw[flag] is not True:
+                raise RuleError("invalid_rule", f"{label}: {flag} must be true")
+            return {flag: True}
+    if "queue" not in keys or not keys <= {"queue", "endpoints", *QUEUE_FLAGS}:
         raise RuleError("invalid_rule", f"{label}: action must be one of {shapes}")
     try:
         queue = check_queue_name(raw["queue"])
     except InvalidArgument as error:
         raise RuleError("invalid_rule", f"{label}: {error.message}") from None
-    if "endpoints" not in keys:
-        return {"queue": queue}
-    endpoints = raw["endpoints"]
-    if (not isinstance(endpoints, list | tuple) or not endpoints
-            or not all(isinstance(e, str) and e for e in endpoints)):
-        raise RuleError("invalid_rule", f"{label}: endpoints must be a non-empty list of endpoint ids")
-    if len(set(endpoints)) != len(endpoints):
-        raise RuleError("invalid_rule", f"{label}: endpoints lists an endpoint twice")
-    return {"queue": queue, "endpoints": list(endpoints)}
+    action: dict[str, Any] = {"queue": queue}
+    if "endpoints" in keys:
+        endpoints = raw["endpoints"]
+        if (not isinstance(endpoints, list | tuple) or not endpoints
+                or not all(isinstance(e, str) and e for e in endpoints)):
+            raise RuleError("invalid_rule", f"{label}: endpoints must be a non-empty list of endpoint ids")
+        if len(set(endpoints)) != len(endpoints):
+            raise RuleError("invalid_rule", f"{label}: endpoints lists an endpoint twice")
+        action["endpoints"] = list(endpoints)
+    for flag in QUEUE_FLAGS:
+        if flag in keys:
+            if not isinstance(raw[flag], bool):
+                raise RuleError("invalid_rule", f"{label}: {flag} must be true or false")
+            if raw[flag]:
+                action[flag] = True
+    return action
 
 
 def _parse_params(raw: Any) -> dict[str, Any]:
@@ -338,7 +448,7 @@ def check_grant(rule_set: RuleSet, *, allowed_queues: set[str], target_endpoint_
     if rule_set.default_action is not None:
         actions.append(("default action", rule_set.default_action))
     for label, action in actions:
-        if action.get("drop") is True:
+        if action.get("drop") is True or action.get("quarantine") is True:
             continue
         if action["queue"] not in allowed_queues:
             raise RuleError("forbidden", f"{label}: queue {action['queue']!r} is outside the grant")

@@ -2,8 +2,11 @@
 
 States (see docs/adr/0005-todo-lifecycle.md for the diagram):
 
-- ``pending``: claimable. Reached by ``TodoOpened``, ``TodoReleased``, ``LeaseExpired``
-  (attempts left), ``TodoRequeued`` (retry due, or an operator's retry).
+- ``pending``: claimable from ``available_at`` on. Reached by ``TodoOpened``, ``TodoReleased``,
+  ``LeaseExpired`` (attempts left), ``TodoRequeued`` (retry due, or an operator's retry). A push
+  with ``not_before`` or a release with a delay (a snooze) leaves it pending but not claimable
+  until then; ``DelayElapsed`` (the scheduler, within a second of that time) marks the moment it
+  becomes claimable, which is when the doorbell rings for it.
 - ``claimed``: one holder has a lease until ``lease_expires_at``. Reached by ``TodoClaimed``;
   ``LeaseRenewed`` moves the expiry. Left by complete, fail, release, or the lease lapsing.
 - ``done``: final. Reached by ``TodoCompleted``, or by ``TodoDiscarded`` (an operator ends a
@@ -17,7 +20,8 @@ one of its endpoint's queues (claimable at once), ``TodoDiscarded`` ends it.
 
 The facts every adapter needs about these transitions live at the end of the events section
 (``state_after``, ``BECOMES_CLAIMABLE``, ``MAY_BECOME_CLAIMABLE``, ``MOVES_TIMER``): import them,
-never restate them.
+never restate them. Whether a claimable todo's queue admits a claim now is the queue's business
+(domain/queue.py); a claim admitted under controls says so in ``TodoClaimed.admitted_under``.
 """
 
 from __future__ import annotations
@@ -112,6 +116,8 @@ class TodoOpened(DomainEvent):
     idempotency_key: str | None = None
     routing: dict[str, Any] | None = None
     delivery_id: str | None = None
+    not_before: datetime | None = None
+    """Not claimable before this time (None: at once)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,6 +128,12 @@ class TodoClaimed(DomainEvent):
     claimant: str | None
     lease_expires_at: datetime
     fence_hash: str | None = None
+    endpoint_id: str | None = None
+    queue: str | None = None
+    """Where the claimed todo is (None only in claims recorded before queue controls existed)."""
+    admitted_under: dict[str, Any] | None = None
+    """The queue controls this claim was admitted under (`max_in_flight`, `max_claims_per_minute`),
+    or None for a queue without controls: the store holds every process to them at commit."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,6 +165,13 @@ class TodoReleased(DomainEvent):
     summary: str | None = None
     outcome: str = "released"
     dead_letter: bool = False
+    available_at: datetime | None = None
+    """A snooze: pending but not claimable before this time (None: at once)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DelayElapsed(DomainEvent):
+    """A delayed (pushed with `not_before`) or snoozed todo became claimable."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,26 +201,26 @@ class TodoDiscarded(DomainEvent):
 
 TODO_EVENTS = (
     TodoOpened, TodoClaimed, LeaseRenewed, TodoCompleted, TodoFailed, LeaseExpired,
-    TodoReleased, TodoRequeued, TodoMoved, TodoDiscarded,
+    TodoReleased, TodoRequeued, TodoMoved, TodoDiscarded, DelayElapsed,
 )
 
-# After one of these a todo may be claimable at once (unless in quarantine or dead-lettered):
-# the doorbell scans for it.
-BECOMES_CLAIMABLE = (TodoOpened, TodoReleased, LeaseExpired, TodoRequeued, TodoMoved)
+# After one of these a todo may be claimable at once (unless in quarantine, dead-lettered or
+# delayed): the doorbell scans for it.
+BECOMES_CLAIMABLE = (TodoOpened, TodoReleased, LeaseExpired, TodoRequeued, TodoMoved, DelayElapsed)
 # After one of these a todo may be claimable now or once a retry falls due: a cached list of
 # claim candidates is stale.
 MAY_BECOME_CLAIMABLE = (*BECOMES_CLAIMABLE, TodoFailed)
-# These set, move or clear a lease or retry timer: only they concern the timer scheduler.
+# These set, move or clear a lease, retry or delay timer: only they concern the timer scheduler.
 MOVES_TIMER = (
-    TodoClaimed, LeaseRenewed, TodoFailed, TodoCompleted, TodoReleased, LeaseExpired, TodoRequeued,
-    TodoDiscarded,
+    TodoOpened, TodoClaimed, LeaseRenewed, TodoFailed, TodoCompleted, TodoReleased, LeaseExpired, TodoRequeued,
+    TodoDiscarded, DelayElapsed,
 )
 
 
 def state_after(event: DomainEvent) -> tuple[str, bool]:
     """The todo's state and dead-letter flag right after this event."""
     match event:
-        case TodoOpened() | TodoRequeued() | TodoMoved():
+        case TodoOpened() | TodoRequeued() | TodoMoved() | DelayElapsed():
             return PENDING, False
         case TodoClaimed() | LeaseRenewed():
             return CLAIMED, False
@@ -251,10 +270,14 @@ class Todo(Aggregate):
         routing: dict[str, Any] | None = None,
         delivery_id: str | None = None,
         cause: str = "push",
+        not_before: datetime | None = None,
     ) -> Todo:
-        """Opens a pending todo on an endpoint's queue."""
+        """Opens a pending todo on an endpoint's queue; with `not_before` in the future it is not
+        claimable (nor rung) until then."""
         if trust_mode not in TRUST_MODES:
             raise InvalidArgument(f"unknown trust mode {trust_mode!r}")
+        if not_before is not None and not_before <= now:
+            not_before = None  # a time already past delays nothing
         todo = cls()
         todo.id = id
         todo._record(
@@ -262,7 +285,7 @@ class Todo(Aggregate):
             timestamp=now, actor=actor, cause=cause, endpoint_id=endpoint_id, queue=queue,
             source=source, kind=kind, title=one_line_title(title), trust_mode=trust_mode,
             payload=payload, payload_size=payload_size, idempotency_key=idempotency_key,
-            routing=routing, delivery_id=delivery_id,
+            routing=routing, delivery_id=delivery_id, not_before=not_before,
         )
         return todo
 
@@ -278,11 +301,12 @@ class Todo(Aggregate):
         return self.state in (PENDING, CLAIMED) or (self.state == FAILED and not self.dead_letter)
 
     def is_claimable(self, now: datetime) -> bool:
-        """Pending, or failed with its retry due — and not in quarantine, which nobody claims."""
+        """Pending and not delayed past now, or failed with its retry due — and not in quarantine,
+        which nobody claims."""
         if self.queue == QUARANTINE:
             return False
         if self.state == PENDING:
-            return True
+            return self.available_at is None or self.available_at <= now
         return (
             self.state == FAILED and not self.dead_letter
             and self.next_retry_at is not None and self.next_retry_at <= now
@@ -290,6 +314,10 @@ class Todo(Aggregate):
 
     def lease_lapsed(self, now: datetime) -> bool:
         return self.state == CLAIMED and self.lease_expires_at is not None and self.lease_expires_at <= now
+
+    def delay_due(self, now: datetime) -> bool:
+        """A delayed or snoozed pending todo whose time has come (the scheduler marks it)."""
+        return self.state == PENDING and self.delayed and self.available_at is not None and self.available_at <= now
 
     def retry_due(self, now: datetime) -> bool:
         return (
@@ -307,18 +335,21 @@ class Todo(Aggregate):
         lease: timedelta,
         claimant: str | None = None,
         fence_token: str | None = None,
+        admitted_under: dict[str, Any] | None = None,
     ) -> None:
-        """Takes a claimable todo under a lease; each claim is one attempt of the budget."""
+        """Takes a claimable todo under a lease; each claim is one attempt of the budget. The
+        caller has admitted it under its queue's controls (`admitted_under`, None: none set)."""
         if self.queue == QUARANTINE:
             raise Conflict(f"todo {self.todo_id} is quarantined: release it to a queue or discard it first")
         if not self.is_claimable(now):
-            raise Conflict(f"todo {self.todo_id} is {self._state_words()}, not claimable")
+            raise Conflict(f"todo {self.todo_id} is {self._state_words(now)}, not claimable")
         self._record(
             TodoClaimed,
             timestamp=now, actor=holder, cause="claim", attempt=self.attempt + 1,
             attempt_seq=self.attempt_seq + 1, holder=holder,
             claimant=cut_utf8(claimant, CLAIMANT_MAX_BYTES), lease_expires_at=now + lease,
             fence_hash=fence_hash(fence_token) if fence_token is not None else None,
+            endpoint_id=self.endpoint_id, queue=self.queue, admitted_under=admitted_under,
         )
 
     def heartbeat(
@@ -357,14 +388,16 @@ class Todo(Aggregate):
 
     def release(
         self, *, now: datetime, holder: str, summary: str | None = None,
-        fence_token: str | None = None,
+        fence_token: str | None = None, delay: timedelta | None = None,
     ) -> None:
-        """The holder hands the todo back: pending again, the attempt stays counted."""
+        """The holder hands the todo back: pending again, the attempt stays counted; with a delay
+        (a snooze) not claimable until then."""
         self._check_holder(now, holder, fence_token)
+        dead = self.attempt >= MAX_ATTEMPTS
         self._record(
             TodoReleased, timestamp=now, actor=holder, cause="release",
-            summary=cut_utf8(summary, SUMMARY_MAX_BYTES), outcome="released",
-            dead_letter=self.attempt >= MAX_ATTEMPTS,
+            summary=cut_utf8(summary, SUMMARY_MAX_BYTES), outcome="released", dead_letter=dead,
+            available_at=now + delay if delay and not dead else None,
         )
 
     def revoke_lease(self, *, now: datetime, actor: str) -> None:
@@ -385,18 +418,25 @@ class Todo(Aggregate):
             dead_letter=self.attempt >= MAX_ATTEMPTS,
         )
 
+    def elapse_delay(self, *, now: datetime) -> None:
+        """A delayed or snoozed todo's time has come: claimable (and rung) from now."""
+        if not self.delay_due(now):
+            raise Conflict(f"todo {self.todo_id} has no delay due")
+        self._record(DelayElapsed, timestamp=now, actor="system", cause="delay_elapsed")
+
     def requeue_due(self, *, now: datetime) -> None:
         """A failed todo whose retry is due becomes pending."""
         if not self.retry_due(now):
             raise Conflict(f"todo {self.todo_id} has no retry due")
         self._record(TodoRequeued, timestamp=now, actor="system", cause="retry_due")
 
-    def retry_now(self, *, now: datetime, actor: str) -> None:
-        """An operator revives a failed todo at once, with a fresh budget of attempts."""
+    def retry_now(self, *, now: datetime, actor: str, cause: str = "operator_retry") -> None:
+        """An operator revives a failed todo at once, with a fresh budget of attempts (`cause`: a
+        bulk retry's bulk-action id, the same on each of its todos)."""
         if self.state != FAILED:
             raise Conflict(f"todo {self.todo_id} is {self._state_words()}, only a failed todo can be retried")
         self._record(
-            TodoRequeued, timestamp=now, actor=actor, cause="operator_retry", fresh_budget=True,
+            TodoRequeued, timestamp=now, actor=actor, cause=cause, fresh_budget=True,
         )
 
     def move_from_quarantine(self, *, now: datetime, actor: str, queue: str) -> None:
@@ -439,9 +479,11 @@ class Todo(Aggregate):
             if fence_hash(fence_token) != self.fence_hash:
                 raise Conflict(f"lease_token does not match the lease on todo {self.todo_id}")
 
-    def _state_words(self) -> str:
+    def _state_words(self, now: datetime | None = None) -> str:
         if self.state == FAILED:
             return "dead-lettered" if self.dead_letter else "failed awaiting its retry"
+        if self.state == PENDING and now is not None and self.available_at is not None and self.available_at > now:
+            return f"delayed until {self.available_at.isoformat().replace('+00:00', 'Z')}"
         return self.state
 
     # -- evolution
@@ -479,6 +521,8 @@ class Todo(Aggregate):
                 self.dead_letter = False
                 self.result = None
                 self.updated_at = event.timestamp
+                self.available_at = event.not_before or event.timestamp
+                self.delayed = event.not_before is not None
             case TodoClaimed():
                 self.state = CLAIMED
                 self.attempt = event.attempt
@@ -488,6 +532,8 @@ class Todo(Aggregate):
                 self.lease_expires_at = event.lease_expires_at
                 self.fence_hash = event.fence_hash
                 self.next_retry_at = None
+                self.available_at = None
+                self.delayed = False
                 self.attempts = (*self.attempts, Attempt(event.attempt_seq, event.claimant, event.timestamp))
             case LeaseRenewed():
                 self.lease_expires_at = event.lease_expires_at
@@ -495,39 +541,52 @@ class Todo(Aggregate):
                 self._end_attempt(event.timestamp, "completed", event.summary)
                 self.state = DONE
                 self.result = event.result
+                self.available_at = None
             case TodoFailed():
                 self._end_attempt(event.timestamp, "failed", event.summary)
                 self.state = FAILED
                 self.result = event.result
                 self.next_retry_at = event.next_retry_at
                 self.dead_letter = event.dead_letter
+                self.available_at = event.next_retry_at
             case LeaseExpired():
                 self._end_attempt(event.timestamp, "lease_expired", None)
-                self._to_pending_or_dead(event.dead_letter)
+                self._to_pending_or_dead(event.dead_letter, event.timestamp)
             case TodoReleased():
                 self._end_attempt(event.timestamp, event.outcome, event.summary)
-                self._to_pending_or_dead(event.dead_letter)
+                self._to_pending_or_dead(event.dead_letter, event.available_at or event.timestamp)
+                self.delayed = event.available_at is not None and not event.dead_letter
             case TodoRequeued():
                 self.state = PENDING
                 self.next_retry_at = None
                 self.dead_letter = False
+                self.available_at = event.timestamp
+                self.delayed = False
                 if event.fresh_budget:
                     self.attempt = 0
             case TodoMoved():
                 self.queue = event.queue
+                self.available_at = event.timestamp
             case TodoDiscarded():
                 self.state = DONE
                 self.next_retry_at = None
                 self.dead_letter = False
                 self.result = None
+                self.available_at = None
+                self.delayed = False
+            case DelayElapsed():
+                self.delayed = False
             case _:  # pragma: no cover - a new event type without a branch is a bug
                 raise TypeError(f"Todo cannot apply {type(event).__name__}")
         self.updated_at = event.timestamp
 
-    def _to_pending_or_dead(self, dead_letter: bool) -> None:
+    def _to_pending_or_dead(self, dead_letter: bool, available_at: datetime) -> None:
+        self.delayed = False
         if dead_letter:
             self.state = FAILED
             self.dead_letter = True
             self.next_retry_at = None
+            self.available_at = None
         else:
             self.state = PENDING
+            self.available_at = available_at

@@ -11,9 +11,10 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from domain.errors import Conflict, Forbidden
+from domain.errors import Conflict, Forbidden, InvalidArgument
 from domain.events import Aggregate, DomainEvent
 from domain.names import format_id
+from domain.trust import NO_POLICY, TRUST_SOURCES, TrustPolicy, check_trusted_associations, check_trusted_senders
 
 WEBHOOK_PREFIX = "wh_"
 
@@ -61,9 +62,17 @@ class WebhookSecretResealed(DomainEvent):
     secret_ciphertext: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class WebhookTrustSet(DomainEvent):
+    """An operator set who may create work through the webhook (both lists empty: everyone)."""
+
+    trusted_senders: list[str]
+    trusted_associations: list[str]
+
+
 WEBHOOK_EVENTS = (
     WebhookCreated, WebhookRotated, WebhookDeleted, WebhookRulesSet, WebhookRouteAdded, WebhookRouteRemoved,
-    WebhookSecretResealed,
+    WebhookSecretResealed, WebhookTrustSet,
 )
 
 
@@ -143,6 +152,17 @@ class Webhook(Aggregate):
                      target_endpoint_id=target_endpoint_id)
         return True
 
+    def set_trust(self, *, now: datetime, actor: str, senders: list[str] | None,
+                  associations: list[str] | None) -> TrustPolicy:
+        """Replaces the trusted logins and associations (github and gitea only); empty lists clear them."""
+        self._check_live()
+        if self.source_type not in TRUST_SOURCES:
+            raise InvalidArgument(f"trusted senders apply to github and gitea webhooks, not {self.source_type}")
+        policy = TrustPolicy(check_trusted_senders(senders), check_trusted_associations(associations))
+        self._record(WebhookTrustSet, timestamp=now, actor=actor, cause="set_webhook_trust",
+                     **{k: list(v) for k, v in policy.to_json().items()})
+        return policy
+
     def _check_live(self) -> None:
         if self.deleted:
             raise Conflict(f"webhook {self.webhook_id} is deleted")
@@ -162,6 +182,7 @@ class Webhook(Aggregate):
                 self.rules: list[dict[str, Any]] = []
                 self.default_action: dict[str, Any] | None = None
                 self.params: dict[str, Any] = {}
+                self.trust = NO_POLICY
             case WebhookRotated():
                 self.token_sha256 = event.token_sha256
                 self.secret_ciphertext = event.secret_ciphertext
@@ -177,5 +198,7 @@ class Webhook(Aggregate):
                 self.routes = (*self.routes, (event.target_endpoint_id, event.timestamp))
             case WebhookRouteRemoved():
                 self.routes = tuple(r for r in self.routes if r[0] != event.target_endpoint_id)
+            case WebhookTrustSet():
+                self.trust = TrustPolicy(tuple(event.trusted_senders), tuple(event.trusted_associations))
             case _:  # pragma: no cover
                 raise TypeError(f"Webhook cannot apply {type(event).__name__}")

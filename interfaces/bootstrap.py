@@ -52,6 +52,7 @@ def build(settings: Settings, *, clock: Clock | None = None) -> Container:
     projector = Projector(store)
     views = SqlViews(store.db, projector)
     app = Switchboard(store, views, clock, Argon2Hasher(), settings.base_url)
+    app.on_refused = store.queue_reads.count_refusal
     engine = JqRuleEngine()  # worker processes start on first use
     webhooks = Webhooks(app, engine, DeferredSecretBox(settings.resolved_secret_key))
     audit = AuditLog(SqlChain(store), clock, fast=sorted_json)

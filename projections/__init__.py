@@ -8,11 +8,12 @@ from projections.directory import Directory
 from projections.doorbell import Doorbells
 from projections.fault_traces import FaultTraces
 from projections.idempotency_keys import IdempotencyKeys
+from projections.queue_load import QueueLoad
 from projections.timers import DueTimers
 from projections.todo_rows import TodoRows
 
 
 def all_projections():
     """Every projection, inline ones first."""
-    return (ClaimableQueue(), DueTimers(), Doorbells(), TodoRows(), IdempotencyKeys(), Directory(), Deliveries(),
+    return (ClaimableQueue(), DueTimers(), Doorbells(), QueueLoad(), TodoRows(), IdempotencyKeys(), Directory(), Deliveries(),
             Counters(), DeliveryIds(), FaultTraces())

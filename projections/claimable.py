@@ -1,7 +1,8 @@
 """The claimable queue: which todos `claim_next` may take, oldest first. Written inline.
 
 One row per todo that is not done; `available_at` is when it can be claimed (null while
-claimed or dead-lettered). `claim_next` reads it; the write side still decides the claim.
+claimed or dead-lettered; in the future while delayed, snoozed or awaiting a retry). `claim_next`
+reads it, and so do the todo rows (`available_at`); the write side still decides the claim.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from domain.events import DomainEvent
 from domain.names import TODO_PREFIX, format_id
 from domain.todo import (
-    LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened, TodoReleased,
+    DelayElapsed, LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened, TodoReleased,
     TodoRequeued,
 )
 from projections.base import Op, micros
@@ -21,7 +22,7 @@ class ClaimableQueue:
     name = "claimable"
     inline = True
     tables = ("sb_claimable",)
-    ignores = (LeaseRenewed,)  # a renewal keeps the todo claimed
+    ignores = (LeaseRenewed, DelayElapsed)  # a renewal keeps the todo claimed; a delay's end was its available_at
     ddl = (
         "CREATE TABLE IF NOT EXISTS sb_claimable (todo_id TEXT PRIMARY KEY, endpoint_id TEXT NOT NULL,"
         " queue TEXT NOT NULL, created_at BIGINT NOT NULL, available_at BIGINT)",
@@ -37,7 +38,7 @@ class ClaimableQueue:
                 return [(
                     "INSERT INTO sb_claimable (todo_id, endpoint_id, queue, created_at, available_at)"
                     " VALUES (%s, %s, %s, %s, %s)",
-                    (todo_id, event.endpoint_id, event.queue, at, at),
+                    (todo_id, event.endpoint_id, event.queue, at, micros(event.not_before) or at),
                 )]
             case TodoClaimed():
                 return [(_SET, (None, todo_id))]
@@ -45,7 +46,9 @@ class ClaimableQueue:
                 return [("DELETE FROM sb_claimable WHERE todo_id = %s", (todo_id,))]
             case TodoFailed():
                 return [(_SET, (None if event.dead_letter else micros(event.next_retry_at), todo_id))]
-            case LeaseExpired() | TodoReleased():
+            case TodoReleased():  # a snooze keeps it from claims until its available_at
+                return [(_SET, (None if event.dead_letter else micros(event.available_at) or at, todo_id))]
+            case LeaseExpired():
                 return [(_SET, (None if event.dead_letter else at, todo_id))]
             case TodoRequeued():
                 return [(_SET, (at, todo_id))]

@@ -11,9 +11,10 @@ One row of `sb_counters` per (metric, a, b): `a` and `b` are the metric's labels
 | `leases_expired` | queue | `LeaseExpired` (a dead-lettering expiry too) |
 | `webhook_deliveries` | source, verdict | `DeliveryAccepted` |
 
-The verdict of a delivery is its disposition (`routed`, `dropped`, `faulted`), except that a
-routed delivery that named todos but minted none (every target's todo for its key was still
-live) is `duplicate`. Releases, revocations, requeues and quarantine discards count nowhere.
+The verdict of a delivery is its disposition (`routed`, `dropped`, `faulted`, `held`), except
+that a routed delivery that named todos but minted none is `repeat` when `once` found its
+subject's todo live (its trace says `once: "repeat"`), else `duplicate` (every target's todo for
+its key was still live). Releases, revocations, requeues and quarantine discards count nowhere.
 
 Only `TodoOpened` and `TodoMoved` carry a todo's queue, so `sb_counter_queues` keeps
 todo → queue itself: a projection never reads another one's tables, whose progress may differ.
@@ -27,7 +28,7 @@ from domain.delivery import DeliveryAccepted
 from domain.events import DomainEvent
 from domain.names import TODO_PREFIX, format_id
 from domain.todo import (
-    LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened,
+    DelayElapsed, LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened,
     TodoReleased, TodoRequeued,
 )
 from projections.base import Op
@@ -45,9 +46,9 @@ _COUNT_BY_QUEUE = (  # the todo's queue from this projection's own table
 
 
 def verdict(event: DeliveryAccepted) -> str:
-    """A delivery's verdict: its disposition, or `duplicate` for a routed one that minted no todo."""
+    """A delivery's verdict: its disposition, or `repeat`/`duplicate` for a routed one that minted no todo."""
     if event.disposition == "routed" and event.todos and not any(t.get("created") for t in event.todos):
-        return "duplicate"
+        return "repeat" if event.routing.get("once") == "repeat" else "duplicate"
     return event.disposition
 
 
@@ -58,7 +59,7 @@ class Counters:
     inline = False
     tables = ("sb_counters", "sb_counter_queues")
     # counted: todos created and moved, claims, outcomes; a renewal, release, requeue or discard is none
-    ignores = (LeaseRenewed, TodoReleased, TodoRequeued, TodoDiscarded)
+    ignores = (LeaseRenewed, TodoReleased, TodoRequeued, TodoDiscarded, DelayElapsed)
     ddl = (
         "CREATE TABLE IF NOT EXISTS sb_counters (metric TEXT NOT NULL, a TEXT NOT NULL, b TEXT NOT NULL,"
         " total BIGINT NOT NULL, PRIMARY KEY (metric, a, b))",

@@ -13,6 +13,7 @@ from domain.events import DomainEvent
 from domain.ingest import parse_payload
 from domain.names import format_id
 from domain.routing import envelope
+from domain.trust import NO_POLICY, Actor
 from domain.todo import TODO_EVENTS
 from projections.base import Op, as_json, micros
 
@@ -20,6 +21,14 @@ COLUMNS = (
     "event_id", "webhook_id", "endpoint_id", "source", "kind", "trust_mode", "verified", "disposition",
     "size", "todo_count", "remote_addr", "received_at", "position", "routing", "todos", "envelope",
 )
+
+
+def _actor(event: DeliveryAccepted, payload: object) -> Actor:
+    """The actor the rules saw; a delivery stored before trusted senders existed was trusted if verified."""
+    if event.sender_actor is not None:
+        return Actor(event.sender_actor.get("sender"), event.sender_actor.get("association"),
+                     bool(event.sender_actor.get("trusted")))
+    return NO_POLICY.actor(event.source, payload, verified=event.verified)
 
 
 class Deliveries:
@@ -40,10 +49,11 @@ class Deliveries:
     def ops(self, event: DomainEvent, position: int | None) -> list[Op]:
         match event:
             case DeliveryAccepted():
+                payload = parse_payload(decode_body(event.body, event.body_encoding), event.content_type)
                 env = envelope(
                     source=event.source, kind=event.kind, webhook_id=event.webhook_id,
                     trust_mode=event.trust_mode, verified=event.verified, content_type=event.content_type,
-                    size=event.size, headers=event.headers, payload=parse_payload(decode_body(event.body, event.body_encoding), event.content_type),
+                    size=event.size, headers=event.headers, payload=payload, actor=_actor(event, payload),
                 )
                 return [(
                     f"INSERT INTO sb_deliveries ({', '.join(COLUMNS)}) VALUES ({', '.join(['%s'] * len(COLUMNS))})",

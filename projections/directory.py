@@ -9,6 +9,7 @@ from domain.operator import ApiTokenMinted, OperatorCreated
 from domain.todo import TODO_EVENTS
 from domain.webhook import (
     WEBHOOK_PREFIX, WebhookCreated, WebhookDeleted, WebhookRotated, WebhookRouteAdded, WebhookRouteRemoved,
+    WebhookTrustSet,
 )
 from projections.base import Op, as_json, micros
 
@@ -16,7 +17,7 @@ from projections.base import Op, as_json, micros
 class Directory:
     name = "directory"
     inline = False
-    tables = ("sb_endpoints", "sb_operators", "sb_credentials", "sb_webhooks", "sb_webhook_routes")
+    tables = ("sb_endpoints", "sb_operators", "sb_credentials", "sb_webhooks", "sb_webhook_routes", "sb_webhook_trust")
     ignores = TODO_EVENTS
     ddl = (
         "CREATE TABLE IF NOT EXISTS sb_endpoints (endpoint_id TEXT PRIMARY KEY, slug TEXT NOT NULL UNIQUE,"
@@ -34,6 +35,9 @@ class Directory:
         "CREATE INDEX IF NOT EXISTS sb_webhooks_endpoint ON sb_webhooks (endpoint_id, created_at)",
         "CREATE TABLE IF NOT EXISTS sb_webhook_routes (webhook_id TEXT NOT NULL, target_endpoint_id TEXT NOT NULL,"
         " granted_at BIGINT NOT NULL, PRIMARY KEY (webhook_id, target_endpoint_id))",
+        # a table of its own (not columns of sb_webhooks), so an existing store needs no migration
+        "CREATE TABLE IF NOT EXISTS sb_webhook_trust (webhook_id TEXT PRIMARY KEY, trusted_senders TEXT NOT NULL,"
+        " trusted_associations TEXT NOT NULL, set_at BIGINT NOT NULL, set_by TEXT NOT NULL)",
     )
 
     def ops(self, event: DomainEvent, position: int | None) -> list[Op]:
@@ -111,6 +115,14 @@ class Directory:
                     "DELETE FROM sb_webhook_routes WHERE webhook_id = %s AND target_endpoint_id = %s",
                     (format_id(WEBHOOK_PREFIX, event.originator_id), event.target_endpoint_id),
                 )]
+            case WebhookTrustSet():
+                webhook_id = format_id(WEBHOOK_PREFIX, event.originator_id)
+                return [
+                    ("DELETE FROM sb_webhook_trust WHERE webhook_id = %s", (webhook_id,)),
+                    ("INSERT INTO sb_webhook_trust (webhook_id, trusted_senders, trusted_associations, set_at, set_by)"
+                     " VALUES (%s, %s, %s, %s, %s)",
+                     (webhook_id, as_json(event.trusted_senders), as_json(event.trusted_associations), at, event.actor)),
+                ]
             case ApiTokenMinted():
                 return [(
                     "INSERT INTO sb_credentials (sha256, kind, subject_id, created_at) VALUES (%s, 'operator', %s, %s)",

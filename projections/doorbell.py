@@ -1,8 +1,8 @@
 """Doorbell candidates: which todos are pending, since when, and what a ring says. Written inline.
 
 One row per todo that is not done (quarantined todos have none: they are never rung). While the
-todo is pending, `pending_since` is when it became so and `spell` the version of the event that
-made it so (one pending spell = one ring schedule, docs/adr/0011-doorbell.md); both are null while
+todo is pending and claimable, `pending_since` is when it became so and `spell` the version of the
+event that made it so (for a delayed or snoozed todo, `DelayElapsed`: it is rung when due) (one pending spell = one ring schedule, docs/adr/0011-doorbell.md); both are null while
 it is claimed, failed or dead-lettered. Being inline, a row is visible to every process the moment
 its event commits, which is how a process learns of todos another process opened.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from domain.events import DomainEvent
 from domain.names import QUARANTINE, TODO_PREFIX, format_id
 from domain.todo import (
-    LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened, TodoReleased,
+    DelayElapsed, LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened, TodoReleased,
     TodoRequeued,
 )
 from projections.base import Op, micros
@@ -20,13 +20,14 @@ from projections.base import Op, micros
 _SET = "UPDATE sb_doorbell SET spell = %s, pending_since = %s WHERE todo_id = %s"
 
 
-def _insert(todo_id: str, event: TodoOpened | TodoMoved) -> Op:
-    """A row for a todo that is pending from this event on (both events carry what a ring says)."""
+def _insert(todo_id: str, event: TodoOpened | TodoMoved, delayed: bool = False) -> Op:
+    """A row for a todo that is pending from this event on (both events carry what a ring says);
+    a delayed one has no spell until its delay elapses."""
     return (
         "INSERT INTO sb_doorbell (todo_id, endpoint_id, queue, source, kind, title, spell, pending_since)"
         " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
         (todo_id, event.endpoint_id, event.queue, event.source, event.kind, event.title,
-         event.originator_version, micros(event.timestamp)),
+         None if delayed else event.originator_version, None if delayed else micros(event.timestamp)),
     )
 
 
@@ -48,12 +49,14 @@ class Doorbells:
         pending = (event.originator_version, micros(event.timestamp), todo_id)
         match event:
             case TodoOpened() if event.queue != QUARANTINE:
-                return [_insert(todo_id, event)]
+                return [_insert(todo_id, event, delayed=event.not_before is not None)]
             case TodoClaimed() | TodoFailed():
+                return [(_SET, (None, None, todo_id))]
+            case TodoReleased() if event.available_at is not None:  # snoozed: rung when the delay elapses
                 return [(_SET, (None, None, todo_id))]
             case LeaseExpired() | TodoReleased():
                 return [(_SET, (None, None, todo_id) if event.dead_letter else pending)]
-            case TodoRequeued():
+            case TodoRequeued() | DelayElapsed():
                 return [(_SET, pending)]
             case TodoMoved():  # out of quarantine, pending: a new spell, rung like a new todo
                 return [_insert(todo_id, event)]

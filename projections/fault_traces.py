@@ -1,4 +1,6 @@
-"""Why each quarantined todo was held: the routing trace of a todo opened by a rule fault.
+"""Why each quarantined todo was held: the routing trace of a todo opened in quarantine — by a
+rule fault (stage `fault`), an untrusted sender (stage `untrusted`) or a `{"quarantine": true}`
+action (stage `rule` or `default`).
 
 The board's quarantine view shows the fault's reason on each row without loading the todos
 (whose payloads may be megabytes); rows never carry the trace (CONTRACT §6).
@@ -21,8 +23,7 @@ class FaultTraces:
 
     def ops(self, event: DomainEvent, position: int | None) -> list[Op]:
         match event:
-            case TodoOpened(queue=queue, routing=routing) if queue == QUARANTINE and routing and routing.get(
-                    "stage") == "fault":
+            case TodoOpened(queue=queue, routing=routing) if queue == QUARANTINE and routing:
                 return [("INSERT INTO sb_fault_traces (todo_id, routing) VALUES (%s, %s)",
                          (format_id(TODO_PREFIX, event.originator_id), as_json(routing)))]
         return []

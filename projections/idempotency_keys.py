@@ -6,7 +6,7 @@ from domain.events import DomainEvent
 from domain.idempotency import KeyBound
 from domain.names import TODO_PREFIX, format_id
 from domain.todo import (
-    LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened,
+    DelayElapsed, LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened,
     TodoReleased, TodoRequeued,
 )
 from projections.base import Op
@@ -18,7 +18,7 @@ class IdempotencyKeys:
     name = "idempotency_keys"
     inline = False
     tables = ("sb_idempotency_keys",)
-    ignores = (TodoOpened, TodoClaimed, LeaseRenewed, TodoMoved)  # keys are bound by KeyBound; these keep them live
+    ignores = (TodoOpened, TodoClaimed, LeaseRenewed, TodoMoved, DelayElapsed)  # keys are bound by KeyBound; these keep them live
     ddl = (
         "CREATE TABLE IF NOT EXISTS sb_idempotency_keys (endpoint_id TEXT NOT NULL, key TEXT NOT NULL,"
         " todo_id TEXT NOT NULL, live INTEGER NOT NULL, PRIMARY KEY (endpoint_id, key))",

@@ -1,7 +1,8 @@
 """Due timers: when a lease lapses or a retry falls due. Written inline; the reaper reads it.
 
 One row per todo with a running clock: `lease` while claimed, `retry` while failed awaiting
-its retry. The background scheduler sleeps until the earliest `due_at`.
+its retry, `delay` while pending with a `not_before` or a snooze still to come. The background
+scheduler sleeps until the earliest `due_at`.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from domain.events import DomainEvent
 from domain.names import TODO_PREFIX, format_id
 from domain.todo import (
-    LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened,
+    DelayElapsed, LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened,
     TodoReleased, TodoRequeued,
 )
 from projections.base import Op, micros
@@ -25,7 +26,7 @@ class DueTimers:
     name = "timers"
     inline = True
     tables = ("sb_timers",)
-    ignores = (TodoOpened, TodoMoved)  # a pending todo has no clock running
+    ignores = (TodoMoved,)  # a todo released from quarantine has no clock running
     ddl = (
         "CREATE TABLE IF NOT EXISTS sb_timers (todo_id TEXT PRIMARY KEY, kind TEXT NOT NULL,"
         " due_at BIGINT NOT NULL)",
@@ -39,6 +40,11 @@ class DueTimers:
                 return [(_UPSERT, (todo_id, "lease", micros(event.lease_expires_at)))]
             case TodoFailed() if not event.dead_letter:
                 return [(_UPSERT, (todo_id, "retry", micros(event.next_retry_at)))]
-            case TodoCompleted() | TodoFailed() | LeaseExpired() | TodoReleased() | TodoRequeued() | TodoDiscarded():
+            case TodoOpened() if event.not_before is not None:
+                return [(_UPSERT, (todo_id, "delay", micros(event.not_before)))]
+            case TodoReleased() if event.available_at is not None:
+                return [(_UPSERT, (todo_id, "delay", micros(event.available_at)))]
+            case (TodoCompleted() | TodoFailed() | LeaseExpired() | TodoReleased() | TodoRequeued() | TodoDiscarded()
+                  | DelayElapsed()):
                 return [(_DELETE, (todo_id,))]
         return []

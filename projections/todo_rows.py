@@ -5,7 +5,7 @@ from __future__ import annotations
 from domain.events import DomainEvent
 from domain.names import TODO_PREFIX, format_id
 from domain.todo import (
-    LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened,
+    DelayElapsed, LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened,
     TodoReleased, TodoRequeued,
 )
 from projections.base import Op, micros
@@ -77,6 +77,8 @@ class TodoRows:
                 )]
             case TodoMoved():
                 return [(f"UPDATE sb_todo_rows SET queue = %s, {_STAMP} WHERE todo_id = %s", (event.queue, *stamp))]
+            case DelayElapsed():  # still pending; the row's available_at comes from the claimable queue
+                return [(f"UPDATE sb_todo_rows SET {_STAMP} WHERE todo_id = %s", stamp)]
             case TodoDiscarded():
                 return [(
                     "UPDATE sb_todo_rows SET state = 'done', owner = NULL, lease_expires_at = NULL,"

@@ -23,6 +23,7 @@ from application.webhooks import DEFAULT_REPLAY_LAST, REPLAY_MAX
 from domain.audit import Break
 from domain.endpoint import parse_lifetime
 from domain.errors import DomainError, InvalidArgument
+from domain.queue import parse_delay
 from interfaces.settings import Settings
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
@@ -49,6 +50,23 @@ def parse_ttl(text: str) -> int | None:
         return parse_lifetime(text)
     except InvalidArgument:
         raise Usage(f"bad --ttl {text!r}: expected <n>s|m|h|d or never") from None
+
+
+def parse_limit(text: str) -> int | None:
+    """A queue limit: a whole number, or `none` (no limit); the range is the application's."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise Usage(f"bad limit {text!r}: expected a whole number or none") from None
+
+
+def parse_delay_arg(text: str) -> float:
+    try:
+        return parse_delay(text).total_seconds()
+    except InvalidArgument:
+        raise Usage(f"bad --delay {text!r}: expected <n>s|m|h|d") from None
 
 
 def parse_json_arg(text: str, what: str, *, bare_path: bool = False) -> Any:
@@ -221,8 +239,11 @@ def cmd_todo_push(args, out: Output) -> int:
     payload = parse_json_arg(args.payload, "payload") if args.payload is not None else None
     return _act(
         args, out,
-        lambda c: c.app.push(args.endpoint, args.title, caller=CLI, queue=args.queue, payload=payload, key=args.key),
-        lambda r: f"{r['todo']['id']} {'created' if r['created'] else 'exists'} on {r['todo']['queue']}",
+        lambda c: c.app.push(args.endpoint, args.title, caller=CLI, queue=args.queue, payload=payload, key=args.key,
+                             not_before=args.not_before,
+                             delay_seconds=parse_delay_arg(args.delay) if args.delay is not None else None),
+        lambda r: f"{r['todo']['id']} {'created' if r['created'] else 'exists'} on {r['todo']['queue']}"
+                  + (f", claimable from {r['todo']['available_at']}" if args.not_before or args.delay else ""),
     )
 
 
@@ -260,8 +281,39 @@ def cmd_todo_show(args, out: Output) -> int:
 
 
 def cmd_todo_retry(args, out: Output) -> int:
+    if args.dead_letters or args.endpoint is not None:
+        if args.id is not None or not (args.dead_letters and args.endpoint):
+            raise Usage("retry either one todo (ID) or, with --endpoint E --dead-letters, its dead letters")
+        return _act(args, out, lambda c: c.app.bulk_retry(args.endpoint, caller=CLI, dead_letters=True,
+                                                          queue=args.queue, dry_run=args.dry_run),
+                    lambda r: (f"would retry {r['would_retry']} dead letter(s)" if "would_retry" in r
+                               else f"retried {r['retried']} dead letter(s) (bulk action {r['bulk_action_id']})"))
+    if args.id is None or args.queue is not None or args.dry_run:
+        raise Usage("retry either one todo (ID) or, with --endpoint E --dead-letters, its dead letters")
     return _act(args, out, lambda c: c.app.retry(args.id, caller=CLI),
         lambda r: f"{r['id']} {r['state']} (attempt {r['attempt']}/{r['max_attempts']})")
+
+
+QUEUE_COLUMNS = ("queue", "paused", "max_in_flight", "max_claims_per_minute", "in_flight", "claims_last_minute")
+
+
+def cmd_queue_list(args, out: Output) -> int:
+    return _act(args, out, lambda c: c.app.queue_controls(args.endpoint, caller=CLI),
+                lambda r: _table(r["queues"], QUEUE_COLUMNS))
+
+
+def cmd_queue_set(args, out: Output) -> int:
+    changes: dict[str, Any] = {}
+    if args.pause is not None:
+        changes["paused"] = args.pause
+    if args.max_in_flight is not None:
+        changes["max_in_flight"] = parse_limit(args.max_in_flight)
+    if args.rate is not None:
+        changes["max_claims_per_minute"] = parse_limit(args.rate)
+    if not changes:
+        raise Usage("say what to set: --pause, --resume, --max-in-flight N|none or --rate N|none")
+    return _act(args, out, lambda c: c.app.set_queue_controls(args.endpoint, args.queue, caller=CLI, **changes),
+                lambda r: _table([r], QUEUE_COLUMNS))
 
 
 BULKY_FIELDS = ("payload", "result")  # shown by size and digest in text: they can be megabytes
@@ -407,9 +459,13 @@ def cmd_webhook_create(args, out: Output) -> int:
 
 
 def cmd_webhook_list(args, out: Output) -> int:
-    columns = ("webhook_id", "endpoint_id", "source_type", "target_queue", "trust_mode", "routes", "created_at")
+    columns = ("webhook_id", "endpoint_id", "source_type", "target_queue", "trust_mode", "routes",
+               "trusted_senders", "trusted_associations", "created_at")
+    def shown(row: dict[str, Any]) -> dict[str, Any]:
+        return {k: ",".join(v) if isinstance(v, list) else v for k, v in row.items()}
+
     return _act(args, out, lambda c: c.webhooks.list(caller=CLI, endpoint=args.endpoint),
-                lambda d: _table(d["webhooks"], columns))
+                lambda d: _table([shown(r) for r in d["webhooks"]], columns))
 
 
 def cmd_webhook_rotate(args, out: Output) -> int:
@@ -419,6 +475,15 @@ def cmd_webhook_rotate(args, out: Output) -> int:
 def cmd_webhook_delete(args, out: Output) -> int:
     return _act(args, out, lambda c: c.webhooks.delete(args.id, caller=CLI),
         lambda r: f"webhook {r['webhook_id']} deleted")
+
+
+def cmd_webhook_trust(args, out: Output) -> int:
+    if args.clear == bool(args.sender or args.association):
+        raise Usage("give --sender and/or --association, or --clear alone")
+    return _act(args, out, lambda c: c.webhooks.set_trust(
+        args.webhook, caller=CLI, senders=args.sender, associations=args.association),
+        lambda r: f"webhook {r['webhook_id']} trusts "
+                  + (", ".join([*r["trusted_senders"], *r["trusted_associations"]]) or "every sender"))
 
 
 def _rules_text(r: dict[str, Any]) -> str:
@@ -605,6 +670,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queue")
     p.add_argument("--payload", help="JSON or @file")
     p.add_argument("--key", help="idempotency key")
+    later = p.add_mutually_exclusive_group()
+    later.add_argument("--not-before", metavar="TIME", help="RFC 3339 time before which it is not claimable")
+    later.add_argument("--delay", metavar="DURATION", help="not claimable for <n>s|m|h|d from now (e.g. 10m)")
     p = command(todo, "list", cmd_todo_list, "list todos, newest first")
     p.add_argument("--endpoint")
     p.add_argument("--state")
@@ -613,11 +681,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cursor", help="continue after a previous page (its next_cursor)")
     for name, func, help_text in (
         ("show", cmd_todo_show, "show a todo in full"),
-        ("retry", cmd_todo_retry, "retry a failed todo now, with a fresh budget"),
         ("history", cmd_todo_history, "every domain event of a todo (payloads by size and digest; --json whole)"),
         ("explain", cmd_todo_explain, "a todo's story in sentences and why it is in its state (--json: {state, because, story})"),
     ):
         command(todo, name, func, help_text).add_argument("id")
+    p = command(todo, "retry", cmd_todo_retry, "retry a failed todo now, with a fresh budget; with --endpoint E"
+                " --dead-letters, every dead letter of the endpoint (or of --queue Q) in one bulk action")
+    p.add_argument("id", nargs="?")
+    p.add_argument("--endpoint")
+    p.add_argument("--dead-letters", action="store_true")
+    p.add_argument("--queue")
+    p.add_argument("--dry-run", action="store_true", help="say how many would be retried; change nothing")
+
+    queue = groups.add_parser("queue", help="queue controls").add_subparsers(dest="action", required=True, parser_class=_Parser)
+    p = command(queue, "list", cmd_queue_list, "an endpoint's queues with their controls and load")
+    p.add_argument("endpoint", metavar="ENDPOINT")
+    p = command(queue, "set", cmd_queue_set, "pause, resume or limit one of an endpoint's queues")
+    p.add_argument("endpoint", metavar="ENDPOINT")
+    p.add_argument("queue", metavar="QUEUE")
+    pause = p.add_mutually_exclusive_group()
+    pause.add_argument("--pause", dest="pause", action="store_const", const=True, default=None)
+    pause.add_argument("--resume", dest="pause", action="store_const", const=False)
+    p.add_argument("--max-in-flight", metavar="N|none", help="claimed todos at once, 1..10000, or none")
+    p.add_argument("--rate", metavar="N|none", help="claims in any 60 s window, 1..100000, or none")
 
     webhook = groups.add_parser("webhook", help="webhooks").add_subparsers(dest="action", required=True, parser_class=_Parser)
     p = command(webhook, "create", cmd_webhook_create, "create a webhook (the URL and signing secret are shown once)")
@@ -631,6 +717,14 @@ def build_parser() -> argparse.ArgumentParser:
         ("delete", cmd_webhook_delete, "delete a webhook"),
     ):
         command(webhook, name, func, help_text).add_argument("id")
+
+    p = command(webhook, "trust", cmd_webhook_trust,
+                "who may create work through a github or gitea webhook (replaces the setting)")
+    p.add_argument("webhook")
+    p.add_argument("--sender", action="append", metavar="LOGIN", help="a trusted login (repeat)")
+    p.add_argument("--association", action="append", metavar="A",
+                   help="a trusted author association: OWNER, MEMBER, COLLABORATOR or CONTRIBUTOR (repeat)")
+    p.add_argument("--clear", action="store_true", help="trust every sender again")
 
     rules = groups.add_parser("rules", help="routing rules").add_subparsers(dest="action", required=True, parser_class=_Parser)
     command(rules, "get", cmd_rules_get, "show a webhook's rules").add_argument("webhook")

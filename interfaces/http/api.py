@@ -76,6 +76,26 @@ class OutcomeBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class ReleaseBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     summary: str | None = None
+    delay_seconds: float | None = None  # a snooze, 0..86400
+
+
+class DiscardBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    summary: str | None = None
+
+
+class QueueControlsBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The controls to change; a field left out stays as it is, null removes a limit."""
+
+    paused: bool | msgspec.UnsetType = msgspec.UNSET
+    max_in_flight: int | None | msgspec.UnsetType = msgspec.UNSET
+    max_claims_per_minute: int | None | msgspec.UnsetType = msgspec.UNSET
+
+
+class BulkRetryBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    endpoint: str
+    dead_letters: bool
+    queue: str | None = None
+    dry_run: bool = False
 
 
 class MoveBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -98,12 +118,20 @@ class PushBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     queue: str | None = None
     payload: Json = None
     key: str | None = None
+    not_before: str | None = None  # RFC 3339: pending but not claimable (nor rung) until then
 
 
 class WebhookBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     endpoint: str
     source_type: str
     target_queue: str
+
+
+class TrustBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Who may create work through a github or gitea webhook; absent or empty lists trust everyone."""
+
+    trusted_senders: list[str] = msgspec.field(default_factory=list)
+    trusted_associations: list[str] = msgspec.field(default_factory=list)
 
 
 class RulesBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -212,7 +240,16 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed, audit
 
     @post("/todos/{todo_id:str}/release", status_code=HTTP_200_OK, summary="Release a claimed todo")
     async def release(request: Request, todo_id: FromPath[str], data: JSONBody[ReleaseBody | None] = None) -> dict[str, Any]:
-        return await _run(app.release, todo_id, caller=caller_of(request), summary=data.summary if data else None)
+        data = data or ReleaseBody()
+        return await _run(app.release, todo_id, caller=caller_of(request), summary=data.summary,
+                          delay_seconds=data.delay_seconds)
+
+    @post("/todos/retry", status_code=HTTP_200_OK, summary="Retry every dead letter of an endpoint (or queue) now",
+          description="One event per todo, all with the same bulk-action id as cause: {retried: n, bulk_action_id};"
+                      " with dry_run, {would_retry: n} and nothing changes.")
+    async def bulk_retry(request: Request, data: JSONBody[BulkRetryBody]) -> dict[str, Any]:
+        return await _run(app.bulk_retry, data.endpoint, caller=caller_of(request), dead_letters=data.dead_letters,
+                          queue=data.queue, dry_run=data.dry_run)
 
     @post("/todos/{todo_id:str}/retry", status_code=HTTP_200_OK, summary="Retry a failed todo now")
     async def retry(request: Request, todo_id: FromPath[str]) -> dict[str, Any]:
@@ -224,7 +261,7 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed, audit
         return await _run(app.release_quarantined, todo_id, data.queue, caller=caller_of(request))
 
     @post("/todos/{todo_id:str}/discard", status_code=HTTP_200_OK, summary="Discard a quarantined todo")
-    async def discard(request: Request, todo_id: FromPath[str], data: JSONBody[ReleaseBody | None] = None) -> dict[str, Any]:
+    async def discard(request: Request, todo_id: FromPath[str], data: JSONBody[DiscardBody | None] = None) -> dict[str, Any]:
         return await _run(app.discard_quarantined, todo_id, caller=caller_of(request),
                           summary=data.summary if data else None)
 
@@ -253,8 +290,20 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed, audit
                                                description="The live todo a repeated key maps to")})
     async def push(request: Request, ref: FromPath[str], data: JSONBody[PushBody]) -> Response[dict[str, Any]]:
         answer = await _run(app.push, ref, data.title, caller=caller_of(request), queue=data.queue,
-                            payload=data.payload, key=data.key)
+                            payload=data.payload, key=data.key, not_before=data.not_before)
         return Response(answer, status_code=HTTP_201_CREATED if answer["created"] else HTTP_200_OK)
+
+    @get("/endpoints/{ref:str}/queues", summary="An endpoint's queues with their controls and load")
+    async def list_queues(request: Request, ref: FromPath[str]) -> dict[str, Any]:
+        return await _run(app.queue_controls, ref, caller=caller_of(request))
+
+    @put("/endpoints/{ref:str}/queues/{queue:str}", summary="Pause, resume or limit one of an endpoint's queues",
+         description="Fields left out stay as they are; null removes a limit. Answers the queue as now set.")
+    async def set_queue(request: Request, ref: FromPath[str], queue: FromPath[str],
+                        data: JSONBody[QueueControlsBody]) -> dict[str, Any]:
+        changes = {name: getattr(data, name) for name in ("paused", "max_in_flight", "max_claims_per_minute")
+                   if getattr(data, name) is not msgspec.UNSET}
+        return await _run(app.set_queue_controls, ref, queue, caller=caller_of(request), **changes)
 
     # -- webhooks and rules
 
@@ -275,6 +324,13 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed, audit
     @post("/webhooks/{webhook_id:str}/delete", status_code=HTTP_200_OK, summary="Delete a webhook")
     async def delete_webhook(request: Request, webhook_id: FromPath[str]) -> dict[str, Any]:
         return await _run(webhooks.delete, webhook_id, caller=caller_of(request))
+
+    @put("/webhooks/{webhook_id:str}/trust", summary="Set a webhook's trusted senders and associations",
+         description="Replaces both lists (github and gitea webhooks); a delivery from anyone else is held in "
+                     "the owner's quarantine. Empty lists trust every sender.")
+    async def put_trust(request: Request, webhook_id: FromPath[str], data: JSONBody[TrustBody]) -> dict[str, Any]:
+        return await _run(webhooks.set_trust, webhook_id, caller=caller_of(request), senders=data.trusted_senders,
+                          associations=data.trusted_associations)
 
     @get("/webhooks/{webhook_id:str}/rules", summary="A webhook's saved rules")
     async def get_rules(request: Request, webhook_id: FromPath[str]) -> dict[str, Any]:
@@ -346,9 +402,9 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed, audit
         return ServerSentEvent(_transitions(feed, owner, int(last) if last is not None else None, ends_at))
 
     handlers = [
-        list_todos, get_todo, todo_history, todo_explain, claim, extend, complete, fail, release, retry, move, discard,
-        vend, list_endpoints, revoke, push, list_webhooks, create_webhook, rotate_webhook, delete_webhook,
-        get_rules, put_rules, test_rules, replay_rules, list_events, get_event, audit_head, stream,
+        list_todos, get_todo, todo_history, todo_explain, claim, extend, complete, fail, release, bulk_retry, retry, move, discard,
+        vend, list_endpoints, revoke, push, list_queues, set_queue, list_webhooks, create_webhook, rotate_webhook,
+        delete_webhook, put_trust, get_rules, put_rules, test_rules, replay_rules, list_events, get_event, audit_head, stream,
     ]
     for handler in handlers:
         handler.responses = {**ERROR_RESPONSES, **(handler.responses or {})}

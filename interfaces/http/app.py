@@ -32,6 +32,7 @@ from interfaces.http.metrics import metrics_route
 from interfaces.logs import LOG_FORMAT
 from interfaces.mcp import McpGateway, Services, mcp_route
 from interfaces.mcp.doorbell import Doorbell
+from interfaces.store.queues import SqlQueueLoad
 from interfaces.store.rings import SqlRings
 from interfaces.version import VERSION
 
@@ -88,7 +89,8 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
               if store.url.dialect == "postgres" else None)
     mcp = McpGateway(
         Services(container.app, container.webhooks), base_url=settings.base_url,
-        doorbell=lambda registry: Doorbell(registry, SqlRings(store.db), container.clock, listen=listen),
+        doorbell=lambda registry: Doorbell(registry, SqlRings(store.db), container.clock, listen=listen,
+                                           queues=SqlQueueLoad(store.db)),
     )
     doorbell = mcp.doorbell
 

@@ -14,6 +14,10 @@ projection and version — never a todo or an endpoint.
   `switchboard_todos_completed_total{queue,outcome}` (`complete`, `fail`),
   `switchboard_leases_expired_total{queue}`, `switchboard_webhook_deliveries_total{source,verdict}`
   (`routed`, `duplicate`, `dropped`, `faulted`): see projections/counters.py.
+- `switchboard_queue_in_flight{queue}`: the queue's claimed todos (CONTRACT §13), every queue that
+  has a todo or a claim.
+- `switchboard_claims_refused_total{queue,reason}`: claims the queue's controls refused (`paused`,
+  `max_in_flight`, `rate_limited`), counted by every process in one table.
 - `switchboard_projection_lag_events{projection}`: the log's last position minus the
   projection's tracked position, measured before the scrape catches the projections up.
 - `switchboard_audit_sealed_position`: the last log position sealed into the hash chain
@@ -76,9 +80,19 @@ class SwitchboardCollector:
             dead.add_metric((queue,), snapshot.dead_letters.get(queue, 0))
             created_at = snapshot.oldest_pending.get(queue)
             oldest.add_metric((queue,), 0.0 if created_at is None else max(now - created_at, 0) / 1_000_000)
+        in_flight = GaugeMetricFamily("switchboard_queue_in_flight", "Claimed todos per queue.", labels=("queue",))
+        for queue in sorted(set(snapshot.queues) | set(snapshot.in_flight)):
+            in_flight.add_metric((queue,), snapshot.in_flight.get(queue, 0))
+        refused = CounterMetricFamily(
+            "switchboard_claims_refused", "Claims refused by the queue's controls.", labels=("queue", "reason"),
+        )
+        for (queue, reason), total in sorted(snapshot.refused.items()):
+            refused.add_metric((queue, reason), total)
         yield todos
         yield dead
         yield oldest
+        yield in_flight
+        yield refused
         for metric, name, documentation, labels in COUNTERS:
             family = CounterMetricFamily(name, documentation, labels=labels)
             for (a, b), total in sorted(snapshot.counters.get(metric, {}).items()):

@@ -9,6 +9,11 @@ every POLL seconds — takes each ring once across processes (`sb_rings`, the pr
 and pushes `notifications/claude/channel` to one session, rotating between the endpoint's
 sessions. A process holding no deliverable session of an endpoint takes none of its rings, so
 the process that does rings it. See docs/adr/0011-doorbell.md.
+
+Queue controls (docs/adr/0025-queue-admission.md): a ring of a queue that cannot admit a claim
+now (paused, at max_in_flight, at its rate) is not taken; when such a queue can admit again, its
+oldest waiting todo is rung (once across processes, like any ring). A session that opens its GET
+stream is rung at once for the oldest claimable todo of its queues that can admit (ring on attach).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from application.errors import StoreUnavailable, first_line
 from application.ports import Clock
 from domain.doorbell import RING_GRACE, ring_message
 from interfaces.mcp.sessions import LiveSession, SessionRegistry
+from interfaces.store.queues import QueueKey, SqlQueueLoad
 from interfaces.store.rings import DueRing, SqlRings
 
 log = logging.getLogger("switchboard.doorbell")
@@ -44,6 +50,12 @@ PRUNE_EVERY = 600.0
 FORGET_EVERY = timedelta(seconds=1)
 """How often the scan drops the rings it decided more than 2 x RING_GRACE ago (not every scan)."""
 LISTEN_RETRY = 5.0
+ATTACH_WAIT = 5.0
+"""How long a newly attached session waits for its connection's handle before its ring on attach
+is given up (the handle comes with the session's next message, normally at once)."""
+ADMIT_RING = 1000
+"""Ring numbers from here on are rings of a queue that can admit again (1000 + the minute of the
+spell in which it could), outside the schedule's 0..4, so each is taken once across processes."""
 
 
 class Doorbell:
@@ -51,9 +63,16 @@ class Doorbell:
 
     def __init__(self, registry: SessionRegistry, rings: SqlRings, clock: Clock, *,
                  listen: tuple[str, str] | None = None, poll: float = POLL,
-                 push_timeout: float = PUSH_TIMEOUT) -> None:
+                 push_timeout: float = PUSH_TIMEOUT, queues: SqlQueueLoad | None = None) -> None:
         self.registry = registry
         self.rings = rings
+        self.queues = queues
+        """Reads which queues cannot admit a claim (None: queue controls are not looked at)."""
+        self._blocked: set[QueueKey] = set()
+        """Queues of this process's endpoints that could not admit at the last scan."""
+        self._attached: list[tuple[LiveSession, float]] = []
+        """Sessions whose GET stream opened and that are not rung yet (ring on attach), each with
+        the monotonic time after which it is no longer tried (its handle may come a moment later)."""
         self.clock = clock
         self.listen = listen
         """(conninfo, channel) of the PostgreSQL NOTIFY sent with every append, or None."""
@@ -67,6 +86,15 @@ class Doorbell:
         self._forgot_at: datetime | None = None
         self._failing = False
         self._outage = OutageLog(log, "doorbell", f"scanning again every {poll:.1f} s")
+
+    def attached(self, session_id: str) -> None:
+        """A session opened its GET stream (called on the loop): ring it at the next scan for the
+        oldest claimable todo of its queues that can admit."""
+        session = self.registry.get(session_id)
+        if session is not None:
+            self._attached.append((session, time.monotonic() + ATTACH_WAIT))
+            if self._event is not None:
+                self._event.set()
 
     def wake(self) -> None:
         """Scan now (safe from any thread, e.g. the store's writer after a commit)."""
@@ -116,15 +144,20 @@ class Doorbell:
                      if any(s.has_stream and s.peer is not None for s in self.registry.of_endpoint(eid))]
         now = self.clock.now()
         self._forget(now)
-        if not endpoints:
+        if not endpoints:  # attached sessions without a handle yet wait for the next scan
+            self._attached = [(s, until) for s, until in self._attached if time.monotonic() < until]
             return
+        refused = await anyio.to_thread.run_sync(self.queues.refusals, endpoints, now) if self.queues else {}
         ours: list[tuple[DueRing, list[LiveSession]]] = []
         for ring in await anyio.to_thread.run_sync(self.rings.due, endpoints, now):
-            if ring.key in self._decided:
-                continue
+            if ring.key in self._decided or (ring.endpoint_id, ring.queue) in refused:
+                continue  # a queue that cannot admit is not rung (its waiting todo is, once it can)
             sessions = [s for s in self.registry.of_endpoint(ring.endpoint_id) if self.deliverable(s, ring.queue)]
             if sessions:  # else none of ours can take it: leave it to another process
                 ours.append((ring, sessions))
+        ringing = {ring.todo_id for ring, _ in ours}
+        ours += [(r, s) for r, s in await self._admitting_again(set(refused), now) if r.todo_id not in ringing]
+        await self._ring_attached(tasks, set(refused), {ring.todo_id for ring, _ in ours}, now)
         if ours:
             taken = await anyio.to_thread.run_sync(self.rings.take_all, [ring for ring, _ in ours], now)
             for ring, sessions in ours:
@@ -134,6 +167,40 @@ class Doorbell:
         if time.monotonic() - self._pruned > PRUNE_EVERY:
             self._pruned = time.monotonic()
             await anyio.to_thread.run_sync(self.rings.prune, now)
+
+    async def _admitting_again(self, refused: set[QueueKey], now: datetime) -> list[tuple[DueRing, list[LiveSession]]]:
+        """The rings of the oldest waiting todo of each queue that could not admit at the last scan
+        and can now."""
+        again, self._blocked = self._blocked - refused, refused
+        rings: list[tuple[DueRing, list[LiveSession]]] = []
+        for endpoint_id, queue in sorted(again):
+            sessions = [s for s in self.registry.of_endpoint(endpoint_id) if self.deliverable(s, queue)]
+            if not sessions or self.queues is None:
+                continue
+            ring_no = ADMIT_RING + int(now.timestamp() // 60) % 1_000_000
+            waiting = await anyio.to_thread.run_sync(self.queues.oldest_waiting, endpoint_id, [queue], now, ring_no)
+            if waiting is not None:
+                rings.append((waiting, sessions))
+        return rings
+
+    async def _ring_attached(self, tasks: Any, refused: set[QueueKey], ringing: set[str], now: datetime) -> None:
+        """Rings each session that has just opened its stream for the oldest claimable todo of its
+        queues that can admit (that session only: no other session is rung for it), unless that
+        todo is being rung by this scan anyway."""
+        attached, self._attached = self._attached, []
+        for session, until in attached:
+            if self.registry.get(session.session_id) is not session or not session.has_stream:
+                continue
+            if session.peer is None:  # no handle on its connection yet: look again at the next scan
+                if time.monotonic() < until:
+                    self._attached.append((session, until))
+                continue
+            queues = [q for q in session.queues if (session.endpoint_id, q) not in refused]
+            if self.queues is None or not queues:
+                continue
+            waiting = await anyio.to_thread.run_sync(self.queues.oldest_waiting, session.endpoint_id, queues, now, 0)
+            if waiting is not None and waiting.todo_id not in ringing:
+                tasks.start_soon(self._push, [session], waiting)
 
     def _rotate(self, endpoint_id: str, sessions: Sequence[LiveSession]) -> list[LiveSession]:
         """The endpoint's sessions starting with the next one in turn (round robin per endpoint)."""

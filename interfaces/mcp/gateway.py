@@ -365,6 +365,8 @@ class McpGateway:
                     stream_open = True
                     self.registry.stream_opened(session_id)
             await send(message)
+            if stream_open and message["type"] == "http.response.start" and self.doorbell is not None:
+                self.doorbell.attached(session_id)  # ring on attach (CONTRACT §13)
 
         try:
             await self.manager.handle_request(scope, replay, AnsweredOnce(watch))

@@ -88,6 +88,9 @@ class Release(Args):
     id: TodoId
     summary: Summary = None
     lease_token: LeaseToken = None
+    delay_seconds: Annotated[float | None, _doc(
+        "snooze: not claimable (nor rung) for this many seconds, 0..86400; the attempt stays counted",
+        minimum=0, maximum=86400)] = None
 
 
 class CreateWebhook(Args):
@@ -187,6 +190,8 @@ VERBS: dict[str, Verb] = {v.name: v for v in (
                                      require_fence=a.require_fence)),
     Verb("claim_next", "Claims the oldest available todo across your queues (or the one given): "
                        "{empty: false, todo} or {empty: true}; with max, up to that many: {empty, todos}. "
+                       "When your queues hold work they cannot hand out now, the empty answer says why "
+                       "(reason: paused, max_in_flight or rate_limited) and, when known, retry_after_seconds. "
                        "Call this to get work.", ClaimNext,
          lambda s, c, a: s.app.claim_next(caller=c, queue=a.queue, lease_ttl_seconds=a.lease_ttl_seconds,
                                           claimant=a.claimant, require_fence=a.require_fence, max_todos=a.max)),
@@ -197,8 +202,10 @@ VERBS: dict[str, Verb] = {v.name: v for v in (
          lambda s, c, a: s.app.complete(a.id, caller=c, result=a.result, summary=a.summary, lease_token=a.lease_token)),
     Verb("fail", "Fails the todo you hold; it is retried later with backoff (dead letter after 5 attempts).", Finish,
          lambda s, c, a: s.app.fail(a.id, caller=c, result=a.result, summary=a.summary, lease_token=a.lease_token)),
-    Verb("release", "Gives the todo you hold back to the queue (pending, attempt unchanged).", Release,
-         lambda s, c, a: s.app.release(a.id, caller=c, summary=a.summary, lease_token=a.lease_token)),
+    Verb("release", "Gives the todo you hold back to the queue (pending, attempt unchanged); with "
+                    "delay_seconds, a snooze: not claimable until then.", Release,
+         lambda s, c, a: s.app.release(a.id, caller=c, summary=a.summary, lease_token=a.lease_token,
+                                       delay_seconds=a.delay_seconds)),
     Verb("create_webhook", "A new ingest URL feeding one of your queues (signing secret shown once).", CreateWebhook,
          lambda s, c, a: s.webhooks.create(caller=c, endpoint=c.name, source_type=a.source_type,
                                            target_queue=a.target_queue)),

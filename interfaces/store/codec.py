@@ -18,13 +18,15 @@ from domain.endpoint import ENDPOINT_EVENTS
 from domain.events import DomainEvent
 from domain.idempotency import KEY_EVENTS
 from domain.installation import INSTALLATION_EVENTS
+from domain.once import ONCE_EVENTS
 from domain.operator import OPERATOR_EVENTS
 from domain.todo import TODO_EVENTS
 from domain.webhook import WEBHOOK_EVENTS
 
 EVENT_TYPES: dict[str, type[DomainEvent]] = {
     cls.__name__: cls
-    for cls in (*TODO_EVENTS, *ENDPOINT_EVENTS, *OPERATOR_EVENTS, *KEY_EVENTS, *WEBHOOK_EVENTS, *DELIVERY_EVENTS)
+    for cls in (*TODO_EVENTS, *ENDPOINT_EVENTS, *OPERATOR_EVENTS, *KEY_EVENTS, *WEBHOOK_EVENTS, *DELIVERY_EVENTS,
+                *ONCE_EVENTS)
 }
 EVENT_TYPES.update((cls.__name__, cls) for cls in INSTALLATION_EVENTS)
 _ENVELOPE = ("originator_id", "originator_version")

@@ -28,6 +28,7 @@ from interfaces.store.cache import AggregateCache
 from interfaces.store.candidates import CandidatePrefetch
 from interfaces.store.codec import EventCodec
 from interfaces.store.database import DEFAULT_POOL_SIZE, Database, DatabaseUrl, Tx
+from interfaces.store.queues import LoadEstimates, SqlQueueLoad
 from interfaces.store.recorders import PooledPostgresDatastore, PostgresEventRecorder, SqliteEventRecorder
 from interfaces.store.unit import Reads, ReadSource
 from interfaces.store.writer import Writer
@@ -51,7 +52,10 @@ class SqlEventStore:
         self.datastore: Any = None
         self.recorder: Any = None
         self._prefetch = CandidatePrefetch(self.claimable, clock)
-        reads = Reads(load=self.load, claimable=self.claimable, cache=AggregateCache(), prefetch=self._prefetch)
+        self.queue_reads = SqlQueueLoad(self.db)
+        self.load_estimates = LoadEstimates(self.queue_reads)
+        reads = Reads(load=self.load, claimable=self.claimable, cache=AggregateCache(), prefetch=self._prefetch,
+                      queue_loads=self.load_estimates)
         self.writer = Writer(self._append, reads, clock)
 
     # -- lifecycle

@@ -22,6 +22,8 @@ class MetricsSnapshot:
     oldest_pending: dict[str, int] = field(default_factory=dict)  # queue -> created_at (µs) of the oldest pending
     counters: dict[str, dict[tuple[str, str], int]] = field(default_factory=dict)  # metric -> (a, b) -> total
     lag: dict[str, int] = field(default_factory=dict)  # projection -> events it had not applied yet
+    in_flight: dict[str, int] = field(default_factory=dict)  # queue -> claimed todos (sb_in_flight)
+    refused: dict[tuple[str, str], int] = field(default_factory=dict)  # (queue, reason) -> claims refused
 
     @property
     def queues(self) -> list[str]:
@@ -42,6 +44,8 @@ class SqlMetrics:
         with self.db.transaction(write=False, snapshot=True) as tx:
             grouped = tx.execute(queue_counts_sql())
             counted = tx.execute("SELECT metric, a, b, total FROM sb_counters")
+            in_flight = dict(tx.execute("SELECT queue, count(*) FROM sb_in_flight GROUP BY queue"))
+            refused = {(q, r): n for q, r, n in tx.execute("SELECT queue, reason, total FROM sb_claim_refusals")}
         todos: dict[tuple[str, str], int] = {}
         dead: dict[str, int] = {}
         oldest: dict[str, int] = {}
@@ -54,4 +58,4 @@ class SqlMetrics:
         counters: dict[str, dict[tuple[str, str], int]] = {}
         for metric, a, b, total in counted:
             counters.setdefault(metric, {})[(a, b)] = total
-        return MetricsSnapshot(todos, dead, oldest, counters, lag)
+        return MetricsSnapshot(todos, dead, oldest, counters, lag, in_flight, refused)

@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 
 from interfaces.store.database import Database, LockBusy, Tx
+from interfaces.store.queues import REFUSALS_DDL
 from interfaces.store.chain import CHAIN_DDL
 from interfaces.store.rings import RINGS_DDL
 from projections.base import Projection, Tracking
@@ -40,7 +41,7 @@ def create_postgres(tx: Tx, recorder: Any, projections: Sequence[Projection]) ->
 
 def migrate(tx: Any, projections: Sequence[Projection]) -> None:
     """Our own tables (tracking, rings, each projection's) and a tracking row per projection."""
-    for statement in (*Tracking.DDL, *RINGS_DDL, *CHAIN_DDL):
+    for statement in (*Tracking.DDL, *RINGS_DDL, *CHAIN_DDL, *REFUSALS_DDL):
         tx.execute(statement)
     for projection in projections:
         for statement in projection.ddl:

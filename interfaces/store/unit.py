@@ -15,8 +15,11 @@ from datetime import datetime
 from typing import TypeVar
 from uuid import UUID
 
+from application.ports import QueueLoad
 from domain.events import Aggregate
+from domain.todo import TodoClaimed
 from interfaces.store.cache import AggregateCache
+from interfaces.store.queues import LoadEstimates
 from interfaces.store.candidates import CANDIDATES_PER_BATCH, CandidatePrefetch, Candidates, QueueKey, ReadClaimable
 
 A = TypeVar("A", bound=Aggregate)
@@ -59,6 +62,7 @@ class Reads:
     claimable: ReadClaimable
     cache: AggregateCache
     prefetch: CandidatePrefetch
+    queue_loads: LoadEstimates
 
 
 class Batch:
@@ -69,6 +73,8 @@ class Batch:
         self.cached: set[UUID] = set()
         """Ids read from a copy (cache or caller) rather than the store: possibly stale."""
         self.candidates: dict[QueueKey, Candidates] = {}
+        self.loads: dict[tuple[str, str], tuple[QueueLoad, bool]] = {}
+        """Each controlled queue's load as this batch took it (once per queue), and whether read fresh."""
 
 
 class Unit:
@@ -152,6 +158,21 @@ class Unit:
                 ids = head + ids[SPREAD_ON_RETRY:]
             cached = self._batch.candidates[key] = (ids, len(ids) < fetch)
         return cached[0]
+
+    def queue_load(self, endpoint_id: str, queue: str, *, fresh: bool = False) -> QueueLoad:
+        """The queue's load — this process's estimate, or with `fresh` (and on a re-run) as committed —
+        plus the claims this batch has made in it."""
+        key = (endpoint_id, queue)
+        fresh = fresh or self._source.fresh
+        taken = self._batch.loads.get(key)
+        if taken is None or (fresh and not taken[1]):
+            taken = self._batch.loads[key] = (self._reads.queue_loads.get(key, self.now, fresh=fresh), fresh)
+        committed = taken[0]
+        ours = [e.timestamp for a in self._batch.aggregates.values() for e in a.pending_events
+                if isinstance(e, TodoClaimed) and e.queue == queue and e.endpoint_id == endpoint_id]
+        if not ours:
+            return committed
+        return QueueLoad(committed.in_flight + len(ours), committed.recent_claims + tuple(ours))
 
     def rollback(self) -> None:
         for aggregate_id, saved in self._savepoints.items():

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from application.presenters import iso, row
+from domain.queue import RATE_WINDOW
 from interfaces.store.database import Database
 from interfaces.store.projector import Projector
 from projections.base import from_micros, micros
@@ -21,6 +22,7 @@ def _row(values: Sequence[Any]) -> dict[str, Any]:
         state=r["state"], trust_mode=r["trust_mode"], owner=r["owner"], attempt=r["attempt"],
         lease_expires_at=from_micros(r["lease_expires_at"]), next_retry_at=from_micros(r["next_retry_at"]),
         dead_letter=bool(r["dead_letter"]), created_at=from_micros(r["created_at"]), payload_size=r["payload_size"],
+        available_at=None,  # from the claimable queue, by `_with_available_at`
     )
 
 
@@ -80,7 +82,49 @@ class SqlViews:
         more = len(rows) > limit
         rows = rows[:limit]
         last = dict(zip(COLUMNS, rows[-1])) if more and rows else None
-        return [_row(r) for r in rows], ((last["created_at"], last["todo_id"]) if last else None)
+        return self._with_available_at([_row(r) for r in rows]), ((last["created_at"], last["todo_id"]) if last else None)
+
+    def _with_available_at(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each row's `available_at` (when it is or was claimable; null while claimed or dead), from
+        the inline claimable queue, which holds it for every todo not done."""
+        if not rows:
+            return rows
+        found = dict(self.db.query(
+            f"SELECT todo_id, available_at FROM sb_claimable WHERE todo_id IN ({', '.join(['%s'] * len(rows))})",
+            [r["id"] for r in rows],
+        ))
+        for row in rows:
+            row["available_at"] = iso(from_micros(found.get(row["id"]))) if row["state"] in ("pending", "failed") else None
+        return rows
+
+    def queue_loads(self, endpoint_id: str, queues: Sequence[str], now: datetime) -> dict[str, tuple[int, int]]:
+        """Per queue of the endpoint: claimed todos now, and claims admitted under controls in the
+        last 60 s (as the write side counts them)."""
+        loads = {q: (0, 0) for q in queues}
+        if not queues:
+            return loads
+        marks = ", ".join(["%s"] * len(queues))
+        for q, n in self.db.query(
+            f"SELECT queue, count(*) FROM sb_in_flight WHERE endpoint_id = %s AND queue IN ({marks}) GROUP BY queue",
+            (endpoint_id, *queues),
+        ):
+            loads[q] = (int(n), loads[q][1])
+        since = micros(now - RATE_WINDOW)
+        for q, n in self.db.query(
+            f"SELECT queue, count(*) FROM sb_queue_claims WHERE endpoint_id = %s AND queue IN ({marks})"
+            " AND claimed_at > %s GROUP BY queue", (endpoint_id, *queues, since),
+        ):
+            loads[q] = (loads[q][0], int(n))
+        return loads
+
+    def dead_letter_ids(self, endpoint_id: str, queue: str | None) -> list[str]:
+        """Every dead letter of the endpoint (or of one of its queues), oldest first."""
+        where, params = "endpoint_id = %s AND state = 'failed' AND dead_letter = 1", [endpoint_id]
+        if queue is not None:
+            where += " AND queue = %s"
+            params.append(queue)
+        return [r[0] for r in self.db.query(
+            f"SELECT todo_id FROM sb_todo_rows WHERE {where} ORDER BY created_at, todo_id", params)]
 
     def fault_traces(self, todo_ids: Sequence[str], endpoint_ids: Sequence[str] | None) -> dict[str, dict[str, Any]]:
         """The fault trace of each of these quarantined todos (on these endpoints) that has one."""
@@ -165,13 +209,16 @@ class SqlViews:
             params = list(endpoint_ids)
         rows = self.db.query(
             "SELECT w.webhook_id, w.endpoint_id, w.source_type, w.target_queue, w.trust_mode, w.created_at,"
-            " w.rotated_at, (SELECT count(*) FROM sb_webhook_routes r WHERE r.webhook_id = w.webhook_id)"
-            f" FROM sb_webhooks w {where} ORDER BY w.created_at, w.webhook_id", params,
+            " w.rotated_at, (SELECT count(*) FROM sb_webhook_routes r WHERE r.webhook_id = w.webhook_id),"
+            " t.trusted_senders, t.trusted_associations"
+            f" FROM sb_webhooks w LEFT JOIN sb_webhook_trust t ON t.webhook_id = w.webhook_id {where}"
+            " ORDER BY w.created_at, w.webhook_id", params,
         )
         return [
             {"webhook_id": r[0], "endpoint_id": r[1], "source_type": r[2], "target_queue": r[3],
              "trust_mode": r[4], "created_at": iso(from_micros(r[5])), "rotated_at": iso(from_micros(r[6])),
-             "routes": r[7]}
+             "routes": r[7], "trusted_senders": json.loads(r[8]) if r[8] else [],
+             "trusted_associations": json.loads(r[9]) if r[9] else []}
             for r in rows
         ]
 

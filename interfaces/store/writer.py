@@ -27,9 +27,11 @@ from application.errors import CommitOutcomeUnknown, RetryLimitExceeded, StoreUn
 from application.ports import Clock, Recorded, UnitOfWork
 from domain.errors import DomainError
 from domain.events import DomainEvent
+from domain.todo import Todo
 from interfaces.store.cache import AggregateCache
 from interfaces.store.candidates import CandidatePrefetch
 from interfaces.store.database import POOL_WAIT, first_line
+from interfaces.store.queues import LoadMove, load_moves
 from interfaces.store.unit import FRESH, Batch, Reads, ReadSource, Unit
 
 log = logging.getLogger("switchboard.store")
@@ -252,12 +254,19 @@ class Writer:
 
     def _commit(self, batch: Batch) -> list[Recorded]:
         events: list[DomainEvent] = []
+        moves: list[LoadMove] = []  # what this commit does to the controlled queues' loads
+        tracking = self._reads.queue_loads.tracking
         for aggregate in batch.aggregates.values():
-            events.extend(aggregate.collect_events())
+            collected = aggregate.collect_events()
+            events.extend(collected)
+            if tracking and isinstance(aggregate, Todo):
+                moves += load_moves(aggregate, collected)
         if not events:
             return []
         self._prefetch.read_ahead(batch.candidates, events)
         positions = self._append(events)
+        if moves:
+            self._reads.queue_loads.committed(moves)
         self._cache.keep(batch.aggregates)
         return [Recorded(position, event) for position, event in zip(positions or [0] * len(events), events)]
 

@@ -225,3 +225,90 @@ def test_explain_follows_todo_shows_access_rules_foreign_is_unknown(sb):
 
     held, owner = quarantined(sb)  # agents never see quarantine
     assert code_of(lambda: sb.app.explain(held, caller=agent(owner))) == "not_found"
+
+
+# -- queue controls and delays (CONTRACT §13) ---------------------------------------------------
+
+
+def test_a_release_with_a_delay_says_until_when_and_by_whom_then_that_the_delay_ended(sb):
+    vended = sb.vend("worker")
+    todo_id = sb.push(vended)["id"]
+    sb.app.claim(todo_id, caller=agent(vended))
+    released_at = sb.clock.now().isoformat().replace("+00:00", "Z")
+    sb.app.release(todo_id, caller=agent(vended), summary="after lunch", delay_seconds=600)
+    until = sb.later(600).isoformat().replace("+00:00", "Z")
+
+    explained = sb.app.explain(todo_id, caller=CLI)
+
+    assert explained["state"] == "pending"
+    assert explained["because"] == (
+        f"not claimable until {until}: released with a delay by endpoint {vended['slug']} at {released_at}")
+    assert texts(explained)[-1] == (f"Attempt 1 was released by endpoint {vended['slug']}: “after lunch”. "
+                                    f"Pending, but not claimable until {until} (a delay).")
+    sb.tick(601)
+    assert sb.fire_due() == 1
+    explained = sb.app.explain(todo_id, caller=CLI)
+    assert texts(explained)[-1] == "Its delay ended: claimable again."
+    assert explained["because"].startswith("pending: claimable since its delay ended at ")
+
+
+def test_a_push_with_not_before_is_not_claimable_until_then(sb):
+    vended = sb.vend("worker")
+    not_before = sb.later(3600)
+    todo_id = sb.push(vended, not_before=not_before.isoformat().replace("+00:00", "Z"))["id"]
+    explained = sb.app.explain(todo_id, caller=CLI)
+    shown = not_before.isoformat().replace("+00:00", "Z")
+    assert explained["because"] == f"not claimable until {shown}: pushed by the CLI with not_before"
+    assert texts(explained)[0].endswith(f" Not claimable before {shown}.")
+
+
+def test_a_pending_todo_in_a_paused_queue_says_who_paused_it_and_when(sb):
+    vended = sb.vend("worker")
+    queue = vended["queues"][0]
+    todo_id = sb.push(vended)["id"]
+    sb.tick(5)
+    sb.app.set_queue_controls(vended["slug"], queue, caller=ADMIN, paused=True)
+    paused_at = sb.clock.now().isoformat().replace("+00:00", "Z")
+
+    explained = sb.app.explain(todo_id, caller=ADMIN)
+
+    assert explained["because"] == (
+        f"pending, but queue {queue} paused by admin at {paused_at}: no claim is admitted until it is resumed")
+    assert texts(explained)[-1] == f"Queue {queue} was set by admin: paused, no limits."
+    sb.app.set_queue_controls(vended["slug"], queue, caller=ADMIN, paused=False, max_in_flight=3)
+    explained = sb.app.explain(todo_id, caller=ADMIN)
+    assert explained["because"].startswith("pending: claimable since it was pushed at ")
+    assert texts(explained)[-1] == f"Queue {queue} was set by admin: running, at most 3 in flight."
+    sb.app.claim(todo_id, caller=agent(vended))
+    assert texts(sb.app.explain(todo_id, caller=ADMIN))[-1].endswith(
+        ", admitted under the queue's limits (max_in_flight 3).")
+
+
+def test_a_bulk_retry_names_its_bulk_action(sb):
+    vended = sb.vend("worker")
+    todo_id = sb.push(vended)["id"]
+    sb.fail_until_dead(vended, todo_id)
+    bulk = sb.app.bulk_retry(vended["slug"], caller=ADMIN, dead_letters=True)
+    assert bulk["retried"] == 1
+    assert texts(sb.app.explain(todo_id, caller=ADMIN))[-1] == (
+        f"Retried by admin (bulk retry {bulk['bulk_action_id']}) with a fresh budget of 5 attempts: pending again.")
+
+
+# -- trusted senders (CONTRACT §13) -------------------------------------------------------------
+
+
+def test_a_delivery_from_an_untrusted_sender_is_held_and_the_because_names_the_sender_and_webhook(sb):
+    vended = sb.vend("owner")
+    hook = create(sb, vended, "github")
+    sb.container.webhooks.set_trust(hook["webhook_id"], caller=CLI, senders=["someone-else"], associations=None)
+    held = github(sb, hook, "issues")["id"]
+    sender = sb.app.get_todo(held, caller=CLI)["routing"]["actor"]["sender"]
+    assert sender
+
+    explained = sb.app.explain(held, caller=ADMIN)
+
+    assert explained["because"].startswith(f"held: sender {sender} is not trusted by {hook['webhook_id']}")
+    assert explained["because"].endswith("; an operator releases or discards it")
+    opened = texts(explained)[0]
+    assert f": sender {sender} is not trusted by {hook['webhook_id']}" in opened
+    assert opened.endswith(", so it is held in quarantine.")

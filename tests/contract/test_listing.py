@@ -12,6 +12,7 @@ from .harness import CLI, agent, mixed_workload, unique
 ROW_KEYS = {
     "id", "queue", "source", "kind", "title", "state", "trust_mode", "owner", "attempt",
     "max_attempts", "lease_expires_at", "next_retry_at", "dead_letter", "created_at", "payload_size",
+    "available_at",  # CONTRACT §13
 }
 
 

@@ -874,7 +874,8 @@ def test_test_rules_takes_exactly_one_of_payload_or_event_and_saves_nothing(sb):
     assert given["trace"] == {"stage": "default", "action": {"queue": queues[0]}}
     env = given["envelope"]
     assert set(env) == {"source", "kind", "webhook_id", "trust_mode", "verified", "content_type", "size",
-                        "headers", "payload"}
+                        "actor", "headers", "payload"}
+    assert env["actor"] == {"sender": None, "association": None, "trusted": True}  # no sender named; no policy
     assert (env["source"], env["kind"], env["trust_mode"], env["verified"]) == ("github", "issues", "signed", True)
     assert env["headers"] == {"x-github-event": "issues", "x-hub-signature-256": "«redacted»"}
     assert env["payload"] == {"action": "opened"}

@@ -33,6 +33,7 @@ QUEUES = ("inbox", "other")
 ROW_KEYS = {
     "id", "queue", "source", "kind", "title", "state", "trust_mode", "owner", "attempt", "max_attempts",
     "lease_expires_at", "next_retry_at", "dead_letter", "created_at", "payload_size",
+    "available_at",  # CONTRACT §13
 }
 FULL_KEYS = ROW_KEYS | {"endpoint_id", "payload", "routing", "result", "attempt_seq", "claimant", "prior_attempts"}
 VEND_KEYS = {"endpoint_id", "slug", "mcp_url", "credential", "queues", "verbs", "expires_at", "mcp_json"}

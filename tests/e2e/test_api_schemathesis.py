@@ -83,7 +83,7 @@ def _real_things(server: Stack, token: str) -> dict[str, str]:
         claimed = api.post(f"/endpoints/{endpoint['slug']}/todos", json={"title": "claimed"}).json()["todo"]["id"]
         assert api.post(f"/todos/{claimed}/claim").status_code == 200
     return {"todo_id": claimed, "pending_todo_id": delivered["id"], "ref": endpoint["slug"],
-            "webhook_id": hook["webhook_id"], "event_id": delivered["event_id"]}
+            "webhook_id": hook["webhook_id"], "event_id": delivered["event_id"], "queue": "inbox"}
 
 
 def _strategy(operation, things: dict[str, str]) -> st.SearchStrategy:

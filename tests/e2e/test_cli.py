@@ -24,6 +24,7 @@ DEFAULT_VERBS = {
 ROW_KEYS = {
     "id", "queue", "source", "kind", "title", "state", "trust_mode", "owner", "attempt", "max_attempts",
     "lease_expires_at", "next_retry_at", "dead_letter", "created_at", "payload_size",
+    "available_at",  # CONTRACT §13
 }
 TODO_ID = re.compile(r"^td_[0-9a-f]{32}$")
 

@@ -258,6 +258,8 @@ def test_two_servers_on_postgres_ring_each_todo_once_within_a_second(pg_url, tmp
                 await rings_of(on_first, total=1, timeout=1.0)
                 assert time.monotonic() - pushed_at < 1.0
                 assert ids(on_first) == [todo_id]
+                # taken, so that nothing waits when the second session attaches (ring on attach, §13)
+                await anyio.to_thread.run_sync(lambda: stack.app.claim(todo_id, caller=CLI))
                 async with connect(endpoint, on_second, url=second_url):  # and one on the second
                     await anyio.sleep(0.5)
                     todos = [(await push_by_cli(f"todo {i}"))[0] for i in range(4)]

@@ -26,8 +26,9 @@ SERIES = {
     "switchboard_todos_claimed_total", "switchboard_todos_completed_total", "switchboard_leases_expired_total",
     "switchboard_webhook_deliveries_total", "switchboard_projection_lag_events", "switchboard_build_info",
     "switchboard_audit_sealed_position", "switchboard_audit_unsealed_events",
+    "switchboard_queue_in_flight",  # CONTRACT §13 (switchboard_claims_refused_total shows once a claim is refused)
 }
-LABELS = {"queue", "state", "source", "outcome", "verdict", "projection", "version"}
+LABELS = {"queue", "state", "source", "outcome", "verdict", "projection", "version", "reason"}
 STATES = ("pending", "claimed", "done", "failed")
 
 

@@ -35,12 +35,13 @@ def opened(queue: str = "inbox", source: str = "operator", todo_id: UUID | None 
                      title="t", trust_mode="token" if source == "generic" else "operator")
 
 
-def delivery(disposition: str, todos: list[dict[str, Any]], source: str = "github") -> DeliveryAccepted:
+def delivery(disposition: str, todos: list[dict[str, Any]], source: str = "github",
+             routing: dict[str, Any] | None = None) -> DeliveryAccepted:
     return DeliveryAccepted(
         originator_id=uuid4(), originator_version=1, timestamp=T0, actor="webhook:wh_1", cause="ingest",
         webhook_id="wh_1", endpoint_id="ep_1", source=source, kind="push", trust_mode="signed", verified=True,
         remote_addr=None, content_type="application/json", size=2, headers={}, body="{}", body_encoding="utf-8",
-        delivery_key="wh_1:d", disposition=disposition, routing={"stage": "default"}, todos=todos,
+        delivery_key="wh_1:d", disposition=disposition, routing=routing or {"stage": "default"}, todos=todos,
     )
 
 
@@ -123,6 +124,15 @@ def test_a_delivery_verdict_is_its_disposition_or_duplicate(disposition, created
 
     assert verdict(event) == expected
     assert project([event]) == {("webhook_deliveries", "github", expected): 1}
+
+
+def test_a_held_delivery_counts_as_held_and_a_once_repeat_as_repeat():
+    held = delivery("held", [{"id": "td_1", "created": True}], routing={"stage": "untrusted"})
+    repeat = delivery("routed", [{"id": "td_1", "created": False}],
+                      routing={"stage": "default", "subject": "github:o/r#1", "once": "repeat"})
+    assert (verdict(held), verdict(repeat)) == ("held", "repeat")
+    assert project([held, repeat, repeat]) == {("webhook_deliveries", "github", "held"): 1,
+                                               ("webhook_deliveries", "github", "repeat"): 2}
 
 
 def test_deliveries_add_up_per_source_and_verdict():

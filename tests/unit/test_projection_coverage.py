@@ -15,7 +15,7 @@ import pytest
 from domain.names import QUARANTINE
 from domain.todo import (
     BECOMES_CLAIMABLE, CLAIMED, DONE, FAILED, MAY_BECOME_CLAIMABLE, MOVES_TIMER, PENDING, TODO_EVENTS,
-    LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved,
+    DelayElapsed, LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved,
     TodoOpened, TodoReleased, TodoRequeued, state_after,
 )
 from projections import all_projections
@@ -55,6 +55,11 @@ def samples() -> list:
         TodoOpened(**_base(1), queue=QUARANTINE, **opened, routing={  # held by a rule fault
             "stage": "fault", "rule_index": 0, "rule_id": "r", "reason": "error", "detail": "boom",
             "action": {"queue": QUARANTINE}}),
+        TodoOpened(**_base(1), queue="reviews", **opened, not_before=later),  # 16: delayed
+        TodoReleased(**_base(), available_at=later),  # 17: snoozed
+        DelayElapsed(**_base()),  # 18
+        TodoClaimed(**_base(), attempt=1, attempt_seq=1, holder="ep_1", claimant=None, lease_expires_at=later,
+                    endpoint_id="ep_1", queue="reviews", admitted_under={"max_in_flight": 3}),  # 19
     ]
 
 
@@ -84,7 +89,9 @@ def test_events_that_make_a_todo_claimable_are_those_that_give_it_an_available_t
                 becomes.add(type(event))
             if sql.startswith("UPDATE") and params[-2] is not None:
                 becomes.add(type(event))
-    assert becomes == set(MAY_BECOME_CLAIMABLE)
+    # DelayElapsed marks the moment a delayed todo's available time (set when it was pushed or
+    # snoozed) comes: it writes no new one
+    assert becomes | {DelayElapsed} == set(MAY_BECOME_CLAIMABLE)
     assert set(BECOMES_CLAIMABLE) == set(MAY_BECOME_CLAIMABLE) - {TodoFailed}  # a retry is claimable later
 
 
@@ -92,7 +99,7 @@ def test_events_that_make_a_todo_claimable_are_those_that_give_it_an_available_t
     (0, (PENDING, False)), (2, (CLAIMED, False)), (3, (CLAIMED, False)), (4, (DONE, False)),
     (5, (FAILED, False)), (6, (FAILED, True)), (7, (PENDING, False)), (8, (FAILED, True)),
     (9, (PENDING, False)), (10, (FAILED, True)), (11, (PENDING, False)), (13, (PENDING, False)),
-    (14, (DONE, False)),
+    (14, (DONE, False)), (16, (PENDING, False)), (17, (PENDING, False)), (18, (PENDING, False)),
 ])
 def test_state_after_each_event(event, state):
     assert state_after(samples()[event]) == state

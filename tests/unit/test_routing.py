@@ -356,7 +356,8 @@ def test_the_envelope_has_the_contract_keys_and_lower_cased_headers():
                    content_type="application/json", size=12, headers={"X-GitHub-Event": "issues"},
                    payload={"a": 1})
     assert list(env) == ["source", "kind", "webhook_id", "trust_mode", "verified", "content_type", "size",
-                         "headers", "payload"]
+                         "actor", "headers", "payload"]
+    assert env["actor"] == {"sender": None, "association": None, "trusted": None}
     assert env["headers"] == {"x-github-event": "issues"}
 
 

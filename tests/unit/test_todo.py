@@ -18,6 +18,7 @@ from domain.todo import (
     MAX_ATTEMPTS,
     PENDING,
     Attempt,
+    DelayElapsed,
     LeaseExpired,
     LeaseRenewed,
     Todo,
@@ -785,3 +786,90 @@ def test_discarding_is_refused_outside_quarantine_and_while_claimed():
 def test_nobody_claims_a_quarantined_todo():
     todo = given(quarantined_opened())
     assert_refused(todo, lambda: todo.claim(now=hour(1), holder=OPERATOR, lease=LEASE))
+
+
+# --- delays and snoozes ---------------------------------------------------------------------------
+
+
+def test_a_todo_pushed_with_not_before_is_pending_but_not_claimable_until_then():
+    todo = given(partial(opened(), not_before=hour(1)))
+    assert todo.state == PENDING and todo.available_at == hour(1)
+    assert not todo.is_claimable(hour(1) - timedelta(microseconds=1))
+    assert_refused(todo, lambda: todo.claim(now=hour(1) - timedelta(seconds=1), holder=HOLDER, lease=LEASE))
+    assert todo.is_claimable(hour(1))
+
+
+def test_the_refusal_of_a_delayed_claim_says_until_when():
+    todo = given(partial(opened(), not_before=hour(1)))
+    with pytest.raises(Conflict, match="delayed until 2026-01-01T01:00:00Z"):
+        todo.claim(now=T0, holder=HOLDER, lease=LEASE)
+
+
+def test_a_not_before_already_past_delays_nothing():
+    todo = Todo.open(id=TODO_UUID, now=hour(2), actor=OPERATOR, endpoint_id="ep_1", queue="builds",
+                     source="operator", title="t", trust_mode="operator", not_before=hour(1))
+    event = only_event(todo)
+    assert event.not_before is None and todo.is_claimable(hour(2)) and not todo.delay_due(hour(3))
+
+
+def test_the_delay_elapses_once_its_time_has_come():
+    todo = given(partial(opened(), not_before=hour(1)))
+    assert_refused(todo, lambda: todo.elapse_delay(now=hour(1) - timedelta(seconds=1)))
+    todo.elapse_delay(now=hour(1))
+    event = only_event(todo)
+    assert isinstance(event, DelayElapsed) and (event.actor, event.cause) == ("system", "delay_elapsed")
+    assert todo.state == PENDING and todo.is_claimable(hour(1)) and not todo.delay_due(hour(2))
+
+
+def test_a_delayed_todo_claimed_at_its_time_needs_no_elapse():
+    todo = given(partial(opened(), not_before=hour(1)))
+    todo.claim(now=hour(1), holder=HOLDER, lease=LEASE)
+    assert todo.state == CLAIMED and not todo.delay_due(hour(2))
+
+
+def test_a_release_with_a_delay_is_a_snooze_that_keeps_the_attempt():
+    todo = given(opened(), claimed(1, hour(1)))
+    todo.release(now=hour(1) + timedelta(minutes=1), holder=HOLDER, delay=timedelta(minutes=10))
+    event = only_event(todo)
+    assert isinstance(event, TodoReleased) and event.available_at == hour(1) + timedelta(minutes=11)
+    assert todo.state == PENDING and todo.attempt == 1
+    assert not todo.is_claimable(hour(1) + timedelta(minutes=10))
+    assert todo.delay_due(hour(1) + timedelta(minutes=11))
+    todo.claim(now=hour(1) + timedelta(minutes=11), holder=HOLDER, lease=LEASE)
+    assert todo.attempt == 2
+
+
+def test_a_release_without_a_delay_is_claimable_at_once():
+    todo = given(opened(), claimed(1, hour(1)))
+    todo.release(now=hour(1) + timedelta(minutes=1), holder=HOLDER)
+    assert only_event(todo).available_at is None and todo.is_claimable(hour(2)) and not todo.delay_due(hour(3))
+
+
+def test_a_snooze_on_the_last_attempt_still_dead_letters():
+    todo, at = on_last_attempt()
+    todo.release(now=at + timedelta(minutes=1), holder=HOLDER, delay=timedelta(minutes=10))
+    event = only_event(todo)
+    assert event.dead_letter and event.available_at is None and todo.dead_letter
+
+
+def test_a_claim_records_where_the_todo_is_and_the_controls_it_was_admitted_under():
+    todo = given(opened())
+    todo.claim(now=hour(1), holder=HOLDER, lease=LEASE, admitted_under={"max_in_flight": 3})
+    event = only_event(todo)
+    assert (event.endpoint_id, event.queue, event.admitted_under) == ("ep_1", "builds", {"max_in_flight": 3})
+
+
+def test_a_bulk_retry_carries_its_bulk_action_id_as_cause():
+    todo = dead_letter()
+    todo.retry_now(now=hour(12), actor=OPERATOR, cause="ba_" + "1" * 32)
+    event = only_event(todo)
+    assert (event.cause, event.fresh_budget, todo.state, todo.attempt) == ("ba_" + "1" * 32, True, PENDING, 0)
+
+
+def test_replaying_a_snoozed_todo_rebuilds_it_exactly():
+    todo = given(partial(opened(), not_before=hour(1)))
+    todo.elapse_delay(now=hour(1))
+    todo.claim(now=hour(2), holder=HOLDER, lease=LEASE)
+    todo.release(now=hour(2), holder=HOLDER, delay=timedelta(seconds=30))
+    facts = [opened()(not_before=hour(1), originator_id=TODO_UUID, originator_version=1), *todo.collect_events()]
+    assert same_state(Todo.replay(facts), todo)

@@ -16,6 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from domain.errors import Conflict, InvalidArgument
 from domain.todo import (
+    DelayElapsed,
     QUARANTINE,
     LeaseExpired,
     LeaseRenewed,
@@ -60,11 +61,15 @@ class Model:
     seq: int = 0
     accepted: int = 1  # the opening
     outcomes: list[str] = field(default_factory=list)
+    snoozed_until: datetime | None = None  # a release with a delay: pending, not claimable before then
+    snoozed: bool = False  # and DelayElapsed not recorded yet
 
     def claimable(self, now: datetime) -> bool:
         if self.queue == "quarantine":  # nobody claims a quarantined todo: release or discard it
             return False
-        return self.state == "pending" or (
+        if self.state == "pending":
+            return self.snoozed_until is None or self.snoozed_until <= now
+        return (
             self.state == "failed" and not self.dead and self.retry_at is not None and self.retry_at <= now
         )
 
@@ -78,11 +83,14 @@ class Model:
         self.outcomes.append(outcome)
         self.holder = self.token = self.lease_until = None
 
-    def back_to_pending_or_dead(self) -> None:
+    def back_to_pending_or_dead(self, snooze_until: datetime | None = None) -> None:
+        self.snoozed_until, self.snoozed = None, False
         if self.attempt >= BUDGET:
             self.state, self.dead, self.retry_at = "failed", True, None
         else:
             self.state = "pending"
+            if snooze_until is not None:
+                self.snoozed_until, self.snoozed = snooze_until, True
 
 
 def model_lease(requested: float | None) -> timedelta:
@@ -191,6 +199,7 @@ class TodoLifecycle(RuleBasedStateMachine):
         event = self.accepted(todo, model, history, command, TodoClaimed)
         model.state, model.holder, model.token = "claimed", holder, token
         model.lease_until, model.retry_at = self.now + lease, None
+        model.snoozed_until, model.snoozed = None, False
         model.attempt += 1
         model.seq += 1
         assert (event.attempt, event.attempt_seq, event.holder) == (model.attempt, model.seq, holder)
@@ -253,19 +262,33 @@ class TodoLifecycle(RuleBasedStateMachine):
             model.retry_at = self.now + model_backoff(model.attempt)
         assert (event.dead_letter, event.next_retry_at) == (model.dead, model.retry_at)
 
-    @rule(index=todo_index, holder=actors, choice=token_choices, summary=summaries)
-    def release(self, index, holder, choice, summary) -> None:
+    @rule(index=todo_index, holder=actors, choice=token_choices, summary=summaries,
+          snooze=st.one_of(st.none(), st.integers(1, 900)))
+    def release(self, index, holder, choice, summary, snooze) -> None:
         todo, model, history = self.pick(index, lambda m: m.state == "claimed")
         holder = self.caller(model, holder)
         token = self.token_for(model, choice)
-        command = lambda: todo.release(now=self.now, holder=holder, summary=summary, fence_token=token)  # noqa: E731
+        delay = timedelta(seconds=snooze) if snooze else None
+        command = lambda: todo.release(now=self.now, holder=holder, summary=summary, fence_token=token,  # noqa: E731
+                                       delay=delay)
         if not model.holds(holder, token, self.now):
             self.refused(todo, history, command)
             return
         event = self.accepted(todo, model, history, command, TodoReleased)
         assert event.outcome == "released"
         model.end_attempt("released")
-        model.back_to_pending_or_dead()
+        model.back_to_pending_or_dead(self.now + delay if delay else None)
+        assert event.available_at == model.snoozed_until
+
+    @rule(index=todo_index)
+    def elapse_delay(self, index) -> None:
+        todo, model, history = self.pick(index, lambda m: m.snoozed)
+        command = lambda: todo.elapse_delay(now=self.now)  # noqa: E731
+        if not (model.state == "pending" and model.snoozed and model.snoozed_until <= self.now):
+            self.refused(todo, history, command)
+            return
+        self.accepted(todo, model, history, command, DelayElapsed)
+        model.snoozed = False
 
     @rule(index=todo_index)
     def revoke_the_holder(self, index) -> None:
@@ -342,7 +365,7 @@ class TodoLifecycle(RuleBasedStateMachine):
         random commands that follow often decide a 5th attempt."""
         index %= len(self.todos)
         _, model, _ = self.pick(index)
-        if model.state != "pending" or model.queue == "quarantine":
+        if model.state != "pending" or not model.claimable(self.now):  # quarantined or snoozed
             return
         while model.attempt < BUDGET - 1:
             self.claim(index, HOLDERS[0], False, 60, None)

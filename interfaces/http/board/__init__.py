@@ -5,7 +5,8 @@ One module per section, each a Litestar `Controller` whose handlers take the sha
 
 - `sign_in`: `/login` (the one public page), `/`, `/logout`
 - `todos`: the Todos and Quarantine lists · `todo`: one todo's page and its actions
-- `endpoints`: list, vend, revoke · `webhooks`: list, mint, one webhook, rotate, delete, rules
+- `endpoints`: list, vend, revoke · `queues`: an endpoint's queue controls, "Retry all" dead letters
+- `webhooks`: list, mint, one webhook, rotate, delete, rules
 - `events`: stored deliveries · `downloads`: a todo's payload and a delivery's body as files
 
 A new section is a module with a `Controller` listed in `SECTIONS` below (templates stay in
@@ -35,6 +36,7 @@ from interfaces.http.board.endpoints import EndpointPages
 from interfaces.http.board.events import DeliveryPages
 from interfaces.http.board.filters import excerpt, rule_number
 from interfaces.http.board.pages import Board
+from interfaces.http.board.queues import QueuePages
 from interfaces.http.board.sign_in import SignedIn, SignIn
 from interfaces.http.board.todo import TodoPage
 from interfaces.http.board.todos import TodoList
@@ -45,7 +47,7 @@ __all__ = ["NOT_BOARD", "SECTIONS", "Board", "board_routes", "excerpt", "rule_nu
 # paths that are not the board's: an unknown one there stays a JSON 404 (`errors.http_error_handler`)
 NOT_BOARD = ("/api/", "/mcp", "/webhooks/w/", "/metrics", "/healthz", "/schema", "/static/")
 # the sections behind `board_guard`, one controller each
-SECTIONS = (SignedIn, TodoList, TodoPage, Downloads, EndpointPages, WebhookPages, DeliveryPages)
+SECTIONS = (SignedIn, TodoList, TodoPage, Downloads, EndpointPages, QueuePages, WebhookPages, DeliveryPages)
 
 
 def board_routes(container: Container, board: Board | None = None) -> list[Router]:

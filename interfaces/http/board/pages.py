@@ -36,6 +36,9 @@ DONE = {
     "revoked": "Endpoint revoked.",
     "webhook_deleted": "Webhook deleted.",
     "rules_saved": "Rules saved.",
+    "trust_saved": "Trusted senders saved.",
+    "queue_set": "Queue controls saved.",
+    "bulk_retried": "Every dead letter shown was retried, in one bulk action (one event per todo).",
 }
 
 

@@ -61,7 +61,8 @@ ACTIONS: dict[str, tuple[str, Command]] = {
     "extend": ("extended", lambda app, todo_id, form, caller: app.heartbeat(
         todo_id, caller=caller, lease_ttl_seconds=forms.whole_number(form, "lease_ttl_seconds", "lease seconds"))),
     "release": ("released", lambda app, todo_id, form, caller: app.release(
-        todo_id, caller=caller, summary=_summary(form))),
+        todo_id, caller=caller, summary=_summary(form),
+        delay_seconds=forms.whole_number(form, "delay_seconds", "snooze seconds"))),
     "retry": ("retried", lambda app, todo_id, form, caller: app.retry(todo_id, caller=caller)),
     "move": ("moved", lambda app, todo_id, form, caller: app.release_quarantined(
         todo_id, forms.text(form, "queue"), caller=caller)),

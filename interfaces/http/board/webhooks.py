@@ -1,5 +1,6 @@
-"""Webhooks: the list and the mint form, one webhook's page (routes, deliveries, rules), rotating
-its secret, deleting it, and testing, replaying and saving a candidate rule set."""
+"""Webhooks: the list and the mint form, one webhook's page (routes, deliveries, trusted senders,
+rules), rotating its secret, deleting it, setting who it trusts, and testing, replaying and saving
+a candidate rule set."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from application.service import Caller
 from application.webhooks import DEFAULT_REPLAY_LAST  # the replay's default N, the CLI's too
 from domain.endpoint import SOURCE_TYPES
 from domain.errors import InvalidArgument, NotFound
+from domain.trust import ASSOCIATIONS
 from interfaces.http.auth import caller_of
 from interfaces.http.board import forms
 from interfaces.http.board.events import EVENTS_SHOWN
@@ -57,7 +59,7 @@ def webhook_context(board: Board, caller: Caller, webhook_id: str, *, rules_text
                                                  limit=EVENTS_SHOWN)["events"],
         "rules_text": rules_text if rules_text is not None else json.dumps(document, indent=2, ensure_ascii=False),
         "saved_rules": len(rules["rules"]), "last": DEFAULT_REPLAY_LAST, "event_id": None,
-        "test": None, "replay": None, "section": "webhooks",
+        "test": None, "replay": None, "section": "webhooks", "associations": ASSOCIATIONS, "trust_form": {},
     }
 
 
@@ -113,6 +115,27 @@ class WebhookPages(Controller):
     def webhook_delete(self, request: Request, board: NamedDependency[Board], webhook_id: FromPath[str]) -> Response:
         board.webhooks.delete(webhook_id, caller=caller_of(request))
         return Redirect("/webhooks?done=webhook_deleted", status_code=303)
+
+    @post("/webhooks/{webhook_id:str}/trust", sync_to_thread=True)
+    def webhook_trust(self, request: Request, board: NamedDependency[Board], webhook_id: FromPath[str],
+                      data: URLEncodedBody[dict[str, Any] | None] = None) -> Response:
+        """Replaces the trusted logins and associations; "Trust everyone" (`clear`) empties both."""
+        caller = caller_of(request)
+        clear = bool(forms.text(data, "clear"))
+        senders = [] if clear else forms.names(forms.text(data, "senders"))
+        associations = [] if clear else forms.every(data, "associations")
+
+        def act() -> Response:
+            saved = board.webhooks.set_trust(webhook_id, caller=caller, senders=senders, associations=associations)
+            return Redirect(f"/webhooks/{quote(saved['webhook_id'])}?done=trust_saved", status_code=303)
+
+        def refused(status: int, error: str) -> Response:
+            context = webhook_context(board, caller, webhook_id)  # not_found: a 404 page
+            context.update(error=error, trust_form={"senders": forms.text(data, "senders"),
+                                                    "associations": associations})
+            return board.render(request, "webhook.html", status=status, **context)
+
+        return board.form(act, refused, subject=True)
 
     @post("/webhooks/{webhook_id:str}/rules/test", sync_to_thread=True)
     def rules_test(self, request: Request, board: NamedDependency[Board], webhook_id: FromPath[str],

@@ -1,0 +1,78 @@
+"""The board's queue controls, snooze and "Retry all" (CONTRACT §13) over real HTTP against
+`switchboard serve`, signed in through the board's forms as a browser would."""
+
+from __future__ import annotations
+
+import re
+
+from tests.e2e.test_board_http import Browser, alerts, push, server, admin, endpoint  # noqa: F401 - fixtures
+
+
+def test_the_endpoint_page_links_to_its_queue_controls_which_set_and_show_them(admin, endpoint, server):
+    assert f'href="/endpoints/{endpoint["slug"]}/queues"' in admin.page("/endpoints")
+    page = admin.page(f"/endpoints/{endpoint['slug']}/queues")
+    assert 'data-queue="inbox"' in page and 'data-queue="reviews"' in page
+
+    saved = admin.post(f"/endpoints/{endpoint['slug']}/queues/inbox", paused="1", max_in_flight="3",
+                       max_claims_per_minute="")
+    assert saved.status_code == 303 and saved.headers["location"].endswith("?done=queue_set")
+    listed = server.cli.json("queue", "list", endpoint["slug"])["queues"]
+    assert listed[0] == {"queue": "inbox", "paused": True, "max_in_flight": 3, "max_claims_per_minute": None,
+                              "in_flight": 0, "claims_last_minute": None}
+    page = admin.page(f"/endpoints/{endpoint['slug']}/queues?done=queue_set")
+    assert "Queue controls saved." in page and "badge queue-paused" in page
+
+    refused = admin.post(f"/endpoints/{endpoint['slug']}/queues/inbox", max_in_flight="0")
+    assert refused.status_code == 400
+    assert any("invalid_argument" in a and "1..10000" in a for a in alerts(refused.text))
+    admin.post(f"/endpoints/{endpoint['slug']}/queues/inbox")  # unticked, empty: open, no limits
+    assert server.cli.json("queue", "list", endpoint["slug"])["queues"][0]["paused"] is False
+    assert admin.post("/endpoints/nobody-zz99/queues/inbox", paused="1").status_code == 404
+
+
+def test_a_release_from_the_board_can_snooze(admin, endpoint, server):
+    todo = push(server.cli, endpoint["slug"], "snooze me")
+    assert admin.post(f"/todos/{todo}/claim").status_code == 303
+    assert admin.post(f"/todos/{todo}/release", summary="later", delay_seconds="600").status_code == 303
+    shown = server.cli.json("todo", "show", todo)
+    assert shown["state"] == "pending" and shown["available_at"] > shown["created_at"]
+    assert server.cli.json("todo", "history", todo)["events"][-1]["data"]["available_at"] is not None
+    other = push(server.cli, endpoint["slug"], "claimed to see its release form")
+    admin.post(f"/todos/{other}/claim")
+    assert 'id="release-delay"' in admin.page(f"/todos/{other}")
+    refused = admin.post(f"/todos/{other}/release", delay_seconds="90000")
+    assert refused.status_code == 400 and any("delay_seconds" in a for a in alerts(refused.text))
+
+
+def test_retry_all_on_the_dead_letter_view_retries_them_in_one_bulk_action(admin, endpoint, server):
+    from datetime import datetime, timezone
+
+    from application.service import Caller
+    from interfaces.bootstrap import build
+    from interfaces.settings import Settings
+    from tests.doubles import ManualClock
+
+    clock = ManualClock(datetime.now(timezone.utc))
+    container = build(Settings(database_url=server.cli.url, data_dir=str(server.cli.data_dir)), clock=clock)
+    try:
+        agent = Caller("endpoint", endpoint["slug"])
+        dead = []
+        for n in range(3):
+            todo = container.app.push(endpoint["slug"], f"doomed {n}", caller=Caller.cli(), queue="reviews")["todo"]["id"]
+            while True:
+                container.app.claim(todo, caller=agent)
+                if container.app.fail(todo, caller=agent)["dead_letter"]:
+                    break
+                clock.advance(hours=1)  # past the retry's time
+            dead.append(todo)
+    finally:
+        container.close()
+
+    view = admin.page(f"/todos?state=dead&endpoint={endpoint['slug']}")
+    assert 'action="/dead-letters/retry"' in view and "Retry all" in view
+    answer = admin.post("/dead-letters/retry", endpoint=endpoint["slug"])
+    assert answer.status_code == 303 and "done=bulk_retried" in answer.headers["location"]
+    causes = {server.cli.json("todo", "history", t)["events"][-1]["cause"] for t in dead}
+    assert len(causes) == 1 and causes.pop().startswith("ba_")
+    assert {server.cli.json("todo", "show", t)["state"] for t in dead} == {"pending"}
+    assert "Retry all" not in admin.page(f"/todos?state=dead&endpoint={endpoint['slug']}")  # none left
