@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from application.access import Access, Caller
+from application.explain import explain
 from application.payloads import HIDDEN, OMITTED, history_payloads
 from application.ports import EventStore, Views
 from application.presenters import ceiling, shown
 from domain.delivery import DELIVERY_PREFIX, Delivery
-from domain.endpoint import Endpoint
+from domain.endpoint import Endpoint, endpoint_uuid_of
 from domain.errors import Forbidden, InvalidArgument
-from domain.names import ENDPOINT_PREFIX, OPERATOR_PREFIX, QUARANTINE, TODO_PREFIX, check_queue_name
+from domain.names import ENDPOINT_PREFIX, OPERATOR_PREFIX, QUARANTINE, TODO_PREFIX, check_queue_name, parse_id
 from domain.todo import STATES, Todo
 from domain.webhook import WEBHOOK_PREFIX
 
@@ -103,6 +106,15 @@ class Queries:
                 "data": shown(data), **({"omitted": omitted} if omitted else {}),
             })
         return {"todo_id": todo.todo_id, "events": events}
+
+    def explain(self, todo_id: str, *, caller: Caller, now: datetime) -> dict[str, Any]:
+        """`{state, because, story}`: the todo's story in sentences, from its events, the delivery that
+        opened it and its endpoint's; whoever may read the todo may read its story (foreign ≡ unknown)."""
+        todo = self.access.todo(todo_id, caller)
+        delivery = parse_id(DELIVERY_PREFIX, todo.delivery_id)
+        return explain(self.store.stream(todo.id), now=now,
+                       delivery=self.store.stream(delivery) if delivery is not None else (),
+                       endpoint_stream=self.store.stream(endpoint_uuid_of(todo.endpoint_id)))
 
     def page_todos(
         self, *, caller: Caller, endpoint: str | None = None, state: str | None = None,

@@ -8,7 +8,8 @@ It only delegates — to one module per capability — and presents what they re
 - application/endpoints.py   vend, authenticate, revoke, default lease
 - application/todos.py       the todo lifecycle's commands, `open_or_reuse` for idempotency keys
 - application/queues.py      queue controls (admission of every claim), delays, bulk retry
-- application/queries.py     todos, history, listings, counts, audit, webhooks and deliveries
+- application/queries.py     todos, history, explain, listings, counts, audit, webhooks and deliveries
+- application/explain.py     a todo's story in sentences, from its events (pure)
 - application/presenters.py  how every answer looks (the one place answers are shaped)
 
 The webhook side (webhooks, rules, ingest) has its own facade in application/webhooks.py.
@@ -218,6 +219,10 @@ class Switchboard:
 
     def history(self, todo_id: str, *, caller: Caller, payloads: bool = True) -> dict[str, Any]:
         return self.queries.history(todo_id, caller=caller, payloads=payloads)
+
+    def explain(self, todo_id: str, *, caller: Caller) -> dict[str, Any]:
+        """The todo's story and why it is in its state now, by this application's clock."""
+        return self.queries.explain(todo_id, caller=caller, now=self.clock.now())
 
     def list_todos(self, *, caller: Caller, endpoint: str | None = None, state: str | None = None,
                    queue: str | None = None, limit: int | None = None, max_limit: int = 1000,

@@ -369,6 +369,18 @@ def cmd_todo_history(args, out: Output) -> int:
     return EXIT_OK
 
 
+def _explain_text(d: dict[str, Any]) -> str:
+    """The because first, then the story, one sentence a line with its time."""
+    return "\n".join([d["because"], ""] + [f"{s['time']}  {s['text']}" for s in d["story"]])
+
+
+def cmd_todo_explain(args, out: Output) -> int:
+    with _closing(_container(args)) as c:
+        explained = c.app.explain(args.id, caller=CLI)
+    out.emit(explained, _explain_text)
+    return EXIT_OK
+
+
 def cmd_projections_rebuild(args, out: Output) -> int:
     with _closing(_container(args)) as c:
         if args.verify:
@@ -701,6 +713,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, func, help_text in (
         ("show", cmd_todo_show, "show a todo in full"),
         ("history", cmd_todo_history, "every domain event of a todo (payloads by size and digest; --json whole)"),
+        ("explain", cmd_todo_explain, "a todo's story in sentences and why it is in its state (--json: {state, because, story})"),
     ):
         command(todo, name, func, help_text).add_argument("id")
     p = command(todo, "retry", cmd_todo_retry, "retry a failed todo now, with a fresh budget; with --endpoint E"

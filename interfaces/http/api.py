@@ -214,6 +214,10 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed, audit
     async def todo_history(request: Request, todo_id: FromPath[str]) -> dict[str, Any]:
         return await _run(app.history, todo_id, caller=caller_of(request))
 
+    @get("/todos/{todo_id:str}/explain", summary="A todo's story in sentences and why it is in its state")
+    async def todo_explain(request: Request, todo_id: FromPath[str]) -> dict[str, Any]:
+        return await _run(app.explain, todo_id, caller=caller_of(request))
+
     @post("/todos/{todo_id:str}/claim", status_code=HTTP_200_OK, summary="Claim a todo as this operator")
     async def claim(request: Request, todo_id: FromPath[str], data: JSONBody[LeaseBody | None] = None) -> dict[str, Any]:
         ttl = data.lease_ttl_seconds if data else None
@@ -398,7 +402,7 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed, audit
         return ServerSentEvent(_transitions(feed, owner, int(last) if last is not None else None, ends_at))
 
     handlers = [
-        list_todos, get_todo, todo_history, claim, extend, complete, fail, release, bulk_retry, retry, move, discard,
+        list_todos, get_todo, todo_history, todo_explain, claim, extend, complete, fail, release, bulk_retry, retry, move, discard,
         vend, list_endpoints, revoke, push, list_queues, set_queue, list_webhooks, create_webhook, rotate_webhook,
         delete_webhook, put_trust, get_rules, put_rules, test_rules, replay_rules, list_events, get_event, audit_head, stream,
     ]

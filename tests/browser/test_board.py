@@ -326,6 +326,9 @@ def test_transitions_made_by_another_process_show_up_live(board, api, endpoint, 
     within(exited, "CLI `todo retry` exits → state on the todo page", latency)
     expect(timeline(page)).to_have_count(4, timeout=LIVE_MS)
     expect(timeline(page).last).to_contain_text("TodoRequeued")
+    story = page.locator('[data-live-part="story"]')  # the story and its because follow live too
+    expect(story.locator(".because")).to_contain_text("pending: claimable since the CLI retried it", timeout=LIVE_MS)
+    expect(story.locator("li").last).to_have_text(re.compile(r"Retried by the CLI with a fresh budget of 5 attempts"))
     assert_not_reloaded(page)
 
     listing = open_page()

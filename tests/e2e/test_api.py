@@ -263,6 +263,7 @@ def test_get_todo_is_the_full_todo_and_unknown_ids_answer_404(api):
     for unknown in (f"td_{uuid.uuid4().hex}", "td_nothex", "garbage", "ep_" + uuid.uuid4().hex):
         assert unknown in refused(api.get(f"/todos/{unknown}"), 404, "not_found")
         refused(api.get(f"/todos/{unknown}/history"), 404, "not_found")
+        refused(api.get(f"/todos/{unknown}/explain"), 404, "not_found")
 
 
 def test_history_lists_every_transition_in_order(api):
@@ -287,6 +288,25 @@ def test_history_lists_every_transition_in_order(api):
         assert isinstance(event["data"], dict)
     times = [parse_time(e["time"]) for e in events]
     assert times == sorted(times)
+
+
+def test_explain_tells_the_story_and_why_the_todo_is_in_its_state(api):
+    endpoint = vend(api)
+    row = push(api, endpoint)
+    for action, body in [("claim", {}), ("fail", {"summary": "broke"}), ("retry", None), ("claim", {}),
+                         ("complete", {"summary": "fixed"})]:
+        ok(api.post(f"/todos/{row['id']}/{action}", body))
+
+    explained = ok(api.get(f"/todos/{row['id']}/explain"))
+
+    assert set(explained) == {"state", "because", "story"}
+    assert explained["state"] == "done"
+    assert re.fullmatch(r"done: attempt 1 was completed by admin at \S+Z: “fixed”", explained["because"])
+    history = ok(api.get(f"/todos/{row['id']}/history"))["events"]
+    assert [(s["position"], s["time"]) for s in explained["story"]] == [(e["position"], e["time"]) for e in history]
+    assert [s["text"].split(" ")[0] for s in explained["story"]] == [
+        "Pushed", "Attempt", "Attempt", "Retried", "Attempt", "Attempt"]
+    assert explained["story"][2]["text"].startswith("Attempt 1 failed (admin): “broke”. Retry at ")
 
 
 # -- todos: the actions -------------------------------------------------------------------------
@@ -860,6 +880,7 @@ def test_stream_sends_this_operators_transitions(sqlite_stack, api):
 
 ROUTES = [
     ("GET", "/todos", None), ("GET", "/todos/{todo}", None), ("GET", "/todos/{todo}/history", None),
+    ("GET", "/todos/{todo}/explain", None),
     *(("POST", f"/todos/{{todo}}/{action}", {}) for action in ("claim", "extend", "complete", "fail", "release")),
     ("POST", "/todos/{todo}/retry", None), ("POST", "/todos/{todo}/move", {"queue": "inbox"}),
     ("POST", "/todos/{todo}/discard", {}),
@@ -1040,6 +1061,7 @@ def _foreign_requests(theirs: Holdings, mine: Holdings) -> list[tuple[str, str, 
     todo_id, endpoint, hook, event = theirs.todo_id, theirs.endpoint, theirs.webhook["webhook_id"], theirs.event_id
     requests = [
         ("GET", f"/todos/{todo_id}", None, todo_id), ("GET", f"/todos/{todo_id}/history", None, todo_id),
+        ("GET", f"/todos/{todo_id}/explain", None, todo_id),
         *(("POST", f"/todos/{todo_id}/{a}", {}, todo_id) for a in ("claim", "extend", "complete", "fail", "release",
                                                                     "discard")),
         ("POST", f"/todos/{todo_id}/retry", None, todo_id),

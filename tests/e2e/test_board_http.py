@@ -262,10 +262,11 @@ def test_the_live_region_is_served_alone_on_request(server, admin, endpoint):
         assert 'data-count="pending"' in part.text
     part = admin.get(f"/todos/{todo_id}", headers={"X-Board-Partial": "1"})
     assert 'data-live-part="state"' in part.text and 'data-live-part="history"' in part.text
+    assert 'data-live-part="story"' in part.text and "pending: claimable since it was pushed at " in part.text
     assert "<html" not in part.text and "TodoOpened" in part.text
     page = admin.page(f"/todos/{todo_id}")
     assert f'data-live-src="/todos/{todo_id}"' in page and f'data-live-todo="{todo_id}"' in page
-    assert page.count('aria-live="polite"') == 2
+    assert page.count('aria-live="polite"') == 3
 
 
 def test_each_todo_action_of_the_board_moves_the_todo(server, admin, endpoint):
@@ -302,6 +303,10 @@ def test_each_todo_action_of_the_board_moves_the_todo(server, admin, endpoint):
     for event_type in ("TodoFailed", "TodoRequeued", "TodoCompleted"):
         assert event_type in done  # the full timeline
     assert "all good" in done and "not now" in done  # attempt summaries
+    because = re.search(r'<p class="because" data-because>([^<]*)</p>', done).group(1)  # the story, in sentences
+    assert html.unescape(because).startswith("done: attempt 2 was completed by admin at ")
+    assert "Attempt 1 failed (admin): “could not”. Retry at " in done
+    assert "Retried by admin with a fresh budget of 5 attempts: pending again." in done
 
 
 def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(server, admin, endpoint):
@@ -508,6 +513,8 @@ def test_quarantined_todos_are_released_or_discarded_from_the_board(admin, endpo
     assert options == ["inbox", "reviews"]
     assert "<dt>Stage</dt><dd>fault</dd>" in page and "<code>boom</code>" in page  # the routing trace
     assert f'action="/todos/{held[0]}/claim"' not in page  # an operator releases or discards it
+    because = html.unescape(re.search(r'<p class="because" data-because>([^<]*)</p>', page).group(1))
+    assert because.startswith("held: rule 1 (boom) faulted (error: ") and "an operator releases or discards it" in because
 
     refused = admin.post(f"/todos/{held[0]}/move", queue="nowhere")
     assert refused.status_code == 403 and alerts(refused.text)[0].startswith("Refused. forbidden")

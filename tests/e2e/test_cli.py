@@ -219,11 +219,13 @@ def test_todo_refusals(sqlite_url, tmp_path, make_container):
         ("todo", "show", missing, "--json"),
         ("todo", "history", missing),
         ("todo", "retry", "not-an-id"),
+        ("todo", "explain", missing, "--json"),
     )
     expected = [
         ("invalid_argument", False), ("invalid_argument", False), ("forbidden", False), ("not_found", False),
         ("invalid_argument", True), ("invalid_argument", False), ("invalid_argument", False),
         ("conflict", True), ("not_found", True), ("not_found", False), ("not_found", False),
+        ("not_found", True),
     ]
     for result, (code, as_json) in zip(results, expected):
         result.refused(code, as_json=as_json)
@@ -253,6 +255,16 @@ def test_retry_dead_letter_and_failed(store_url, tmp_path, make_container):
     assert failed[dead]["attempt"] == 5
     assert failed[waiting]["dead_letter"] is False and failed[waiting]["next_retry_at"] is not None
 
+    explained = cli.json("todo", "explain", dead)
+    assert set(explained) == {"state", "because", "story"} and explained["state"] == "failed"
+    assert explained["because"].startswith("dead letter: the 5th attempt failed at ")
+    assert explained["because"].endswith(": “boom”; only an operator's retry revives it")
+    lines = cli.run("todo", "explain", waiting).ok().stdout.splitlines()
+    # the because first (the CLI runs on the wall clock, a day after this retry fell due), then the story
+    assert lines[0].startswith("failed, retry due since ") and lines[0].endswith(": “try later”")
+    assert lines[1] == "" and len(lines) == 2 + 3  # pushed, claimed, failed: one sentence a line, with its time
+    assert lines[2].endswith(f"  Pushed by the CLI to endpoint {endpoint['slug']}, queue work (source operator).")
+
     revived = cli.json("todo", "retry", dead)
     assert revived["id"] == dead and revived["state"] == "pending" and revived["attempt"] == 0
     assert revived["dead_letter"] is False and revived["next_retry_at"] is None
@@ -276,6 +288,8 @@ def test_retry_dead_letter_and_failed(store_url, tmp_path, make_container):
     times = [_parse_time(e["time"]) for e in events]
     assert times == sorted(times)
     assert events[-2]["data"]["dead_letter"] is True
+    assert cli.json("todo", "explain", dead)["story"][-1]["text"] == (
+        "Retried by the CLI with a fresh budget of 5 attempts: pending again.")
 
     verified = cli.json("projections", "rebuild", "--verify")
     assert verified == {"verified": True, "differences": []}

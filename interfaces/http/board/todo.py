@@ -1,4 +1,5 @@
-"""One todo's page: its state, history and payload (live region), and the actions an operator takes."""
+"""One todo's page: its state, why it is in it (the story), history and payload (live region), and the
+actions an operator takes."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def todo_context(board: Board, caller: Caller, todo_id: str) -> dict[str, Any]:
                      if e["endpoint_id"] == todo["endpoint_id"]), None)
     return {
         "todo": todo, "history": history, "endpoint": endpoint, "claimable": todo["claimable"],
+        "explained": board.app.explain(todo_id, caller=caller),  # the story and its because, in sentences
         "quarantined": todo["queue"] == QUARANTINE,
         "release_queues": [q for q in (endpoint["queues"] if endpoint else []) if q != QUARANTINE],
         "live_src": f"/todos/{quote(todo['id'])}",
