@@ -31,7 +31,7 @@ def parse_age(text: str) -> timedelta:
     except InvalidArgument:
         seconds = None
     if seconds is None:
-        raise InvalidArgument(f"older-than must look like 30d, 12h, 90m or 3600s, not {text!r}")
+        raise InvalidArgument(f"older-than must be a whole number above zero with its unit, like 30d, 12h, 90m or 3600s, not {text!r}")
     if seconds > MAX_AGE.total_seconds():
         raise InvalidArgument("older-than is at most 36500d")
     return timedelta(seconds=seconds)
