@@ -379,7 +379,7 @@ def test_vending_shows_the_credential_and_mcp_json_once(board, open_page, screen
     nav_link(page, "Todos").click()
     expect(page.get_by_role("heading", level=1, name="Todos")).to_be_visible()
     nav_link(page, "Endpoints").click()
-    expect(page.get_by_role("link", name=slug)).to_be_visible()
+    expect(page.get_by_role("link", name=slug, exact=True)).to_be_visible()
     for content in (page.content(), page.locator("body").inner_text()):
         assert credential not in content and "sbk_" not in content
     page.go_back()
