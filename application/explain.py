@@ -230,7 +230,7 @@ def _tell_todo(story: _Story, stream: Sequence[Recorded], endpoint: dict[str, An
                 lease_until = event.lease_expires_at
                 renewals.append(recorded)
             case TodoCompleted():
-                result = " with a result" if event.result is not None else ""
+                result = " with a result" if event.result is not None or event.result_ref is not None else ""
                 story.tell(recorded, f"Attempt {attempt} was completed by {who(event.actor)}{result}{_said(event.summary)}.")
             case TodoFailed():
                 text = f"Attempt {attempt} failed ({who(event.actor)}){_said(event.summary)}."
