@@ -60,9 +60,11 @@ def _edit_byte(lines: list[str]) -> tuple[list[str], int, str]:
 
 
 def _edit_payload(lines: list[str]) -> tuple[list[str], int, str]:
-    i = next(i for i, line in enumerate(lines) if 'hello' in line and '"DeliveryAccepted"' in line)
+    # a body is stored once and named by reference (docs/adr/0027): its export line carries its
+    # digest and size, which the chain seals; a changed reference is an altered event
+    i = next(i for i, line in enumerate(lines) if '"DeliveryAccepted"' in line)
     record = json.loads(lines[i])
-    record["data"]["body"] = record["data"]["body"].replace("world", "World")
+    record["digests"]["body"]["size"] += 1
     return lines[:i] + [json.dumps(record)] + lines[i + 1:], record["position"], "altered"
 
 

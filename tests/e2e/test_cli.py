@@ -342,7 +342,7 @@ def test_audit_export(store_url, tmp_path, make_container):
     assert types[:2] == ["OperatorCreated", "EndpointVended"] and "TodoOpened" in types
     opened = next(r for r in records if r["type"] == "TodoOpened")
     # the payload by reference to the payload store (docs/adr/0027), as the audit chain seals it
-    assert opened["aggregate"] == todo_id and opened["data"]["payload_ref"] == {
+    assert opened["aggregate"] == todo_id and "payload" not in opened["data"] and opened["digests"]["payload"] == {
         "sha256": hashlib.sha256(b'{"x":1}').hexdigest(), "size": 7}
     # every aggregate is named by its public id, as everywhere else (`audit export | grep td_…` works)
     assert (opened["aggregate_type"], records[1]["aggregate_type"]) == ("todo", "endpoint")
