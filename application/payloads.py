@@ -8,10 +8,12 @@ pruned payload reads as None with its tombstone, which every surface shows the s
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from application.errors import StoreUnavailable
 from application.presenters import iso, todo_full
 from domain.ingest import read_payload
 from domain.events import DomainEvent
@@ -75,13 +77,29 @@ def show_all(source: PayloadSource, slots: Sequence[Slot], *, content_types: Seq
     return shown
 
 
+CLAIMED_READ_WAIT = 8.0  # seconds a committed claim keeps trying to read its payloads while the store is down
+
+
+def _show_committed(source: PayloadSource, slots: Sequence[Slot]) -> list[Shown]:
+    """The payloads of todos whose change has committed (a claim): an outage must not turn a
+    committed claim into an error answer, so the read is retried for a bounded time."""
+    deadline = time.monotonic() + CLAIMED_READ_WAIT
+    while True:
+        try:
+            return show_all(source, slots)
+        except StoreUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def full_todos(source: PayloadSource, todos: Sequence[Todo], fences: Sequence[str | None] = ()) -> list[dict[str, Any]]:
     """Full todos (CONTRACT §6) with their payloads and results read."""
     slots: list[Slot] = []
     for todo in todos:
         slots.append((todo.payload_ref, todo.payload_form, todo.payload_bytes))
         slots.append((todo.result_ref, "json", todo.result_bytes))
-    shown = show_all(source, slots)
+    shown = _show_committed(source, slots)
     full = []
     for n, todo in enumerate(todos):
         payload, result = shown[2 * n], shown[2 * n + 1]
