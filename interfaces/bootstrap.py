@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from application.audit import AuditLog, Sealer
 from application.background import ProjectionWorker, TimerScheduler
 from application.retention import RetentionService
-from application.ports import Clock, SystemClock
+from application.ports import Clock
 from domain.todo import MOVES_TIMER
 from application.service import Switchboard
 from application.webhooks import Webhooks
+from interfaces.clock import clock_of
 from interfaces.crypto import DeferredSecretBox
 from interfaces.projector_process import ProjectorProcess
 from interfaces.rules import JqRuleEngine
@@ -47,8 +48,9 @@ class Container:
 
 
 def build(settings: Settings, *, clock: Clock | None = None) -> Container:
-    """Connects to the store named by the settings and assembles the application."""
-    clock = clock or SystemClock()
+    """Connects to the store named by the settings and assembles the application, with the
+    process's one clock (the given one, else the settings' own)."""
+    clock = clock or clock_of(settings.clock_file)
     store = SqlEventStore(DatabaseUrl.parse(settings.database_url), clock, all_projections(),
                           pool_size=settings.pg_pool_size).open()
     projector = Projector(store)

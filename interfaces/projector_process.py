@@ -24,7 +24,7 @@ import time
 
 from application.background import ProjectionWorker
 from application.errors import ConfigurationError, StoreUnavailable, first_line
-from application.ports import SystemClock
+from interfaces.clock import clock_of
 from interfaces.logs import configure_logging
 from interfaces.settings import Settings
 from interfaces.store.database import DatabaseUrl
@@ -62,7 +62,7 @@ def _open_store(settings: Settings, stop: threading.Event) -> SqlEventStore | No
     attempt, failing = 0, False
     while True:
         try:
-            store = SqlEventStore(DatabaseUrl.parse(settings.database_url), SystemClock(), all_projections(),
+            store = SqlEventStore(DatabaseUrl.parse(settings.database_url), clock_of(settings.clock_file), all_projections(),
                                   pool_size=POOL_SIZE, application_name="switchboard-projector").open()
         except StoreUnavailable as error:
             if not failing:

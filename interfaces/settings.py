@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from application.errors import ConfigurationError
+from interfaces.clock import read_offset
 from domain.errors import InvalidArgument
 from domain.installation import check_base_url
 
@@ -32,6 +33,7 @@ class Settings:
     body_timeout: float = DEFAULT_BODY_TIMEOUT_SECONDS
     pg_pool_size: int = 10
     retention_days: int | None = None  # unset: keep every payload; else serve prunes daily (CONTRACT §14)
+    clock_file: str | None = None  # a test hook: wall time plus the seconds in this file (interfaces/clock.py)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -65,6 +67,7 @@ class Settings:
             body_timeout=body_timeout,
             pg_pool_size=pg_pool_size,
             retention_days=retention_days,
+            clock_file=get("SWITCHBOARD_CLOCK_FILE") or None,
         )
 
     def listen_url(self) -> str:
@@ -101,6 +104,8 @@ class Settings:
             raise ConfigurationError(
                 f"SWITCHBOARD_RETENTION_DAYS must be a whole number of days within 1..36500 (unset keeps everything),"
                 f" not {self.retention_days}")
+        if self.clock_file is not None:
+            read_offset(self.clock_file)  # a test hook set by mistake or with a typo: one line at start
 
     def resolved_secret_key(self) -> str:
         """The explicit key, else `<data dir>/secret-key`, generated there (0600) on first use.

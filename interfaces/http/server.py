@@ -155,6 +155,9 @@ def serve(settings: Settings) -> int:
             else:  # another store's admin password: never overwritten
                 print(f"created operator admin with password: {password}  (not written to {path}: it exists"
                       " already, from another store)", flush=True)
+        if settings.clock_file is not None:  # a test hook: say so, every start (docs/operations.md)
+            print(f"switchboard: the clock is wall time plus the seconds in {settings.clock_file}"
+                  " (SWITCHBOARD_CLOCK_FILE, a test hook: not for production)", file=sys.stderr, flush=True)
         background = Background(container, projector_process=True).start()
         from interfaces.http.app import create_app
 
