@@ -4,7 +4,6 @@ process, the operator API and MCP over real HTTP against one `switchboard serve`
 from __future__ import annotations
 
 import secrets
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -193,82 +192,3 @@ def test_an_agent_hears_why_claim_next_is_empty_and_snoozes_over_mcp(stack, api)
             assert (await call(client, "claim_next"))["todo"]["id"] == second  # the snoozed one waits
 
     anyio.run(scenario)
-
-
-# --- two servers on PostgreSQL ------------------------------------------------------------------------
-
-
-@pytest.mark.postgres
-def test_sixteen_mcp_claimers_on_two_servers_never_hold_more_than_max_in_flight(pg_url, tmp_path):
-    """16 sessions, 8 on each of two `serve` processes, loop claim_next → hold → complete against
-    max_in_flight 3, while a sampler counts the claimed todos throughout; the event log, replayed in
-    commit order, never has more than 3 claimed either."""
-    import threading
-
-    from application.service import Caller
-    from tests.e2e.test_mcp_sessions import ChannelListener, connect as connect_to
-
-    stack = Stack(pg_url, tmp_path / "pg", secret_key=secrets.token_hex(32)).start()
-    other = stack.another_server("second")
-    try:
-        endpoint = stack.vend("pool", ["work"])
-        stack.app.set_queue_controls(endpoint["slug"], "work", caller=Caller.cli(), max_in_flight=3)
-        todos = {stack.app.push(endpoint["slug"], f"todo {i}", caller=Caller.cli())["todo"]["id"] for i in range(64)}
-        urls = [endpoint["mcp_url"], f"{other.base}/mcp/{endpoint['slug']}"]
-        samples: list[int] = []
-        stop = threading.Event()
-
-        def sample() -> None:
-            while not stop.is_set():
-                rows = stack.container.store.db.query(
-                    "SELECT count(*) FROM sb_in_flight WHERE endpoint_id = %s", (endpoint["endpoint_id"],))
-                samples.append(int(rows[0][0]))
-                time.sleep(0.01)
-
-        holding, peak, reasons = [0], [0], set()
-
-        async def claimer(url: str) -> None:
-            async with connect_to(endpoint, ChannelListener(), url=url) as client:
-                while True:
-                    answer = (await client.call_tool("claim_next", {})).structured_content
-                    if answer["empty"]:
-                        if "reason" not in answer:
-                            return
-                        reasons.add(answer["reason"])
-                        await anyio.sleep(0.01)
-                        continue
-                    holding[0] += 1
-                    peak[0] = max(peak[0], holding[0])
-                    await anyio.sleep(0.02)
-                    holding[0] -= 1
-                    await client.call_tool("complete", {"id": answer["todo"]["id"]})
-
-        async def scenario() -> None:
-            async with anyio.create_task_group() as tasks:
-                for i in range(16):
-                    tasks.start_soon(claimer, urls[i % 2])
-
-        sampler = threading.Thread(target=sample)
-        sampler.start()
-        try:
-            anyio.run(scenario)
-        finally:
-            stop.set()
-            sampler.join()
-
-        print(f"in-flight samples: {len(samples)}, most {max(samples)}; most held by clients at once {peak[0]}")
-        assert peak[0] <= 3 and max(samples) <= 3 and reasons == {"max_in_flight"}
-        claimed, most = set(), 0
-        for record in stack.app.audit():
-            if record["aggregate"] not in todos:
-                continue
-            if record["type"] == "TodoClaimed":
-                claimed.add(record["aggregate"])
-            elif record["type"] == "TodoCompleted":
-                claimed.discard(record["aggregate"])
-            most = max(most, len(claimed))
-        assert most == 3
-        assert {r["state"] for r in stack.app.list_todos(caller=Caller.cli(), limit=1000)} == {"done"}
-    finally:
-        other.stop()
-        stack.close()
