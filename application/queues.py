@@ -150,13 +150,17 @@ class Queues:
         return sum(self._retry_chunk(ids[i:i + BULK_CHUNK], bulk_id, caller) for i in range(0, len(ids), BULK_CHUNK)), bulk_id
 
     def _retry_chunk(self, ids: list[UUID], bulk_id: str, caller: Caller) -> int:
+        # read in one round trip before the writer's turn (a copy changed since only costs a re-run
+        # on fresh state: a retried copy is written, so its version is checked at commit)
+        copies = self.store.load_many([(Todo, todo_id) for todo_id in ids])
+
         def handler(uow: UnitOfWork) -> int:
             retried = 0
             for todo_id in ids:
-                todo = uow.get(Todo, todo_id, fresh=True)
+                todo = uow.get(Todo, todo_id)
                 if todo is not None and todo.state == "failed" and todo.dead_letter:
                     todo.retry_now(now=uow.now, actor=caller.label, cause=bulk_id)
                     retried += 1
             return retried
 
-        return self.store.run(handler)
+        return self.store.run(handler, hints=copies)

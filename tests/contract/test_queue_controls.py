@@ -322,6 +322,40 @@ def test_bulk_retry_revives_every_dead_letter_with_one_bulk_action_id(sb):
     assert sb.app.bulk_retry(vended["slug"], caller=CLI, dead_letters=True, queue=a)["retried"] == 0
 
 
+def test_two_processes_bulk_retrying_at_once_retry_each_dead_letter_once(sb):
+    """Both list the same dead letters and read each chunk before the writer's turn: the loser of
+    each race on a todo re-runs on fresh state and leaves it (one TodoRequeued per todo)."""
+    import threading
+
+    from tests.integration._support import dead_letters
+
+    vended = sb.vend("worker")
+    dead = dead_letters(sb.app, vended["slug"], 150)  # two chunks of a bulk retry
+    other = sb.another_process()
+    try:
+        answers, start = [], threading.Barrier(2)
+
+        def retry(app) -> None:
+            start.wait()
+            answers.append(app.bulk_retry(vended["slug"], caller=CLI, dead_letters=True))
+
+        threads = [threading.Thread(target=retry, args=(app,)) for app in (sb.app, other.app)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        other.close()
+    assert sum(a["retried"] for a in answers) == len(dead) == 150
+    requeued = {}
+    for todo in dead:
+        events = [e for e in sb.app.history(todo, caller=CLI)["events"] if e["type"] == "TodoRequeued"]
+        assert len(events) == 1, events
+        requeued[todo] = events[0]["cause"]
+    assert set(requeued.values()) <= {a["bulk_action_id"] for a in answers}
+    assert {sb.todo(t)["state"] for t in dead} == {"pending"}
+
+
 def test_bulk_retry_needs_dead_letters_true(sb):
     vended = sb.vend("worker")
     for flag in (False, None, "yes"):

@@ -13,6 +13,8 @@ import httpx
 import pytest
 
 from tests.e2e._ingest import Stack
+from tests.e2e._support import Cli
+from tests.integration._support import dead_letters
 from tests.e2e.test_mcp import call, connect, refused
 
 
@@ -119,76 +121,26 @@ def test_the_cli_retries_dead_letters_in_bulk(stack):
     stack.cli.run("todo", "retry").usage()
 
 
-# --- API ---------------------------------------------------------------------------------------------
+def test_the_cli_retries_500_dead_letters_in_one_command_with_one_cause(store_url, tmp_path, make_container):
+    """On each store, without a server: the dead letters made in-process, retried by the CLI's process."""
+    from application.service import Caller
 
-
-def test_the_api_sets_and_lists_queue_controls(stack, api):
-    endpoint = vend(stack, "builds")
-    path = f"/endpoints/{endpoint['slug']}/queues"
-    answer = api.put(f"{path}/builds", json={"max_claims_per_minute": 30})
-    assert answer.status_code == 200, answer.text
-    assert answer.json()["max_claims_per_minute"] == 30
-    assert api.put(f"{path}/builds", json={"paused": True}).json()["paused"] is True
-    listed = api.get(path).json()
-    assert listed["endpoint_id"] == endpoint["endpoint_id"]
-    assert listed["queues"][0] == {"queue": "builds", "paused": True, "max_in_flight": None,
-                                        "max_claims_per_minute": 30, "in_flight": 0, "claims_last_minute": 0}
-    assert api.put(f"{path}/builds", json={"max_claims_per_minute": None}).json()["max_claims_per_minute"] is None
-
-    bad = api.put(f"{path}/builds", json={"max_in_flight": 10001})
-    assert (bad.status_code, bad.json()["code"]) == (400, "invalid_argument")
-    assert api.put(f"{path}/builds", json={"max_in_flight": [3]}).status_code == 422
-    assert api.put(f"{path}/builds", json={"pause": True}).status_code == 422
-    assert api.put("/endpoints/nobody-xyz1/queues/builds", json={"paused": True}).status_code == 404
-
-
-def test_the_api_pushes_later_snoozes_and_retries_in_bulk(stack, api):
-    endpoint = vend(stack)
-    at = (datetime.now(timezone.utc) + timedelta(hours=1)).replace(microsecond=0)
-    pushed = api.post(f"/endpoints/{endpoint['slug']}/todos", json={"title": "later", "not_before": at.isoformat()})
-    assert pushed.status_code == 201, pushed.text
-    assert datetime.fromisoformat(pushed.json()["todo"]["available_at"]) == at
-    bad = api.post(f"/endpoints/{endpoint['slug']}/todos", json={"title": "later", "not_before": "noon"})
-    assert (bad.status_code, bad.json()["code"]) == (400, "invalid_argument")
-
-    now = api.post(f"/endpoints/{endpoint['slug']}/todos", json={"title": "now"}).json()["todo"]["id"]
-    assert api.post(f"/todos/{now}/claim").status_code == 200
-    too_long = api.post(f"/todos/{now}/release", json={"delay_seconds": 86401})
-    assert (too_long.status_code, too_long.json()["code"]) == (400, "invalid_argument")
-    snoozed = api.post(f"/todos/{now}/release", json={"delay_seconds": 600}).json()
-    assert snoozed["state"] == "pending" and snoozed["available_at"] > snoozed["created_at"]
-
-    dead_letter(stack, endpoint)
-    dry = api.post("/todos/retry", json={"endpoint": endpoint["slug"], "dead_letters": True, "dry_run": True})
-    assert dry.json() == {"would_retry": 1}
-    done = api.post("/todos/retry", json={"endpoint": endpoint["slug"], "dead_letters": True})
-    assert done.status_code == 200 and done.json()["retried"] == 1
-    refused_ = api.post("/todos/retry", json={"endpoint": endpoint["slug"], "dead_letters": False})
-    assert (refused_.status_code, refused_.json()["code"]) == (400, "invalid_argument")
-    assert api.post("/todos/retry", json={"endpoint": "nobody-xyz1", "dead_letters": True}).status_code == 404
-
-
-# --- MCP ---------------------------------------------------------------------------------------------
-
-
-def test_an_agent_hears_why_claim_next_is_empty_and_snoozes_over_mcp(stack, api):
-    endpoint = vend(stack)
-    api.put(f"/endpoints/{endpoint['slug']}/queues/work", json={"max_in_flight": 1})
-    for title in ("one", "two"):
-        api.post(f"/endpoints/{endpoint['slug']}/todos", json={"title": title})
-
-    async def scenario() -> None:
-        async with connect(endpoint) as client:
-            first = await call(client, "claim_next")
-            assert first["empty"] is False
-            assert await call(client, "claim_next") == {"empty": True, "reason": "max_in_flight"}
-            assert await call(client, "claim_next", max=5) == {"empty": True, "todos": [], "reason": "max_in_flight"}
-            second = (await call(client, "list_todos", state="pending"))["todos"][0]["id"]
-            assert (await refused(client, "claim", id=second)).startswith("conflict: max_in_flight:")
-            assert (await refused(client, "release", id=first["todo"]["id"], delay_seconds=-1)).startswith(
-                "invalid_argument:")
-            snoozed = await call(client, "release", id=first["todo"]["id"], delay_seconds=3600)
-            assert snoozed["state"] == "pending"
-            assert (await call(client, "claim_next"))["todo"]["id"] == second  # the snoozed one waits
-
-    anyio.run(scenario)
+    app, cli = make_container(store_url).app, Cli(store_url, tmp_path)
+    app.ensure_admin()
+    endpoint = app.vend("bulk", queues=["work"], caller=Caller.cli())
+    dead = dead_letters(app, endpoint["slug"], 500)
+    before = max(int(r["position"]) for r in app.audit(after=0))
+    for _ in range(2):  # the first also catches the read models up with the 5,500 events
+        dry = cli.run("todo", "retry", "--endpoint", endpoint["slug"], "--dead-letters", "--dry-run", "--json")
+        assert dry.json() == {"would_retry": 500}
+    retry = cli.run("todo", "retry", "--endpoint", endpoint["slug"], "--dead-letters", "--json")
+    answer = retry.json()
+    print(f"{store_url.split(':')[0]}: todo retry --dead-letters of 500: {retry.seconds:.2f} s (its dry run, the"
+          f" same process without the retries: {dry.seconds:.2f} s)")
+    assert answer["retried"] == 500
+    requeued = [r for r in app.audit(after=before) if r["type"] == "TodoRequeued"]
+    assert {r["aggregate"] for r in requeued} == dead and len(requeued) == 500  # one event per todo
+    assert {(r["cause"], r["actor"]) for r in requeued} == {(answer["bulk_action_id"], "operator:cli")}
+    pending = cli.json("todo", "list", "--endpoint", endpoint["slug"], "--state", "pending", "--limit", "1000")
+    assert {t["id"] for t in pending["todos"]} == dead and {t["attempt"] for t in pending["todos"]} == {0}
+    assert cli.json("todo", "retry", "--endpoint", endpoint["slug"], "--dead-letters")["retried"] == 0

@@ -1,4 +1,5 @@
-"""Helpers shared by the integration tests: an operator-vended endpoint and bulk pushes."""
+"""Helpers shared by the integration tests (and others): an operator-vended endpoint, bulk pushes and
+dead letters made quickly."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from application.service import Caller, Switchboard
+from domain.todo import MAX_ATTEMPTS
 
 CLI = Caller.cli()
 
@@ -27,6 +29,23 @@ def push_many(apps: list[Switchboard], slug: str, count: int, *, threads: int = 
 
     with ThreadPoolExecutor(max_workers=threads) as pool:
         return list(pool.map(push, range(count)))
+
+
+def dead_letters(app: Switchboard, slug: str, count: int, *, threads: int = 8) -> set[str]:
+    """`count` dead letters of the endpoint's first queue, made by real commands and quickly: pushed,
+    then claimed 100 at a time and released (a release has no backoff) until their attempts are
+    spent; concurrent commands share the writer's batches. Their ids."""
+    agent = Caller("endpoint", slug)
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        todos = set(pool.map(lambda i: app.push(slug, f"doomed {i}", caller=CLI)["todo"]["id"], range(count)))
+        for _ in range(MAX_ATTEMPTS):
+            claimed: list[str] = []
+            while batch := app.claim_next(caller=agent, max_todos=100)["todos"]:
+                claimed += [todo["id"] for todo in batch]
+            assert set(claimed) == todos, "another queue or endpoint's todos were claimed"
+            rows = list(pool.map(lambda todo: app.release(todo, caller=agent), claimed))
+    assert all(row["state"] == "failed" and row["dead_letter"] for row in rows)
+    return todos
 
 
 def history_types(app: Switchboard, todo_id: str) -> list[str]:
