@@ -1,6 +1,7 @@
 """The doorbell under queue controls and delays (CONTRACT §13): no ring for a queue that cannot
 admit, a ring when it can; a delayed or snoozed todo rung when due, never before; ring on attach
-for the oldest waiting todo of a queue that can admit, never a paused queue's or a held one.
+for the oldest waiting todo of a queue that can admit, never a paused queue's, a full queue's, a
+held one (an untrusted sender's, in quarantine) or one not due yet.
 
 In-process server on SQLite with the real clock, the background scheduler running, and the
 official `mcp` client in its default mode.
@@ -213,3 +214,72 @@ def test_attach_never_rings_a_paused_queue(manual):
             assert listener.received == []
 
     anyio.run(scenario)
+
+
+def held_delivery(server: InProcess, endpoint: dict) -> str:
+    """An untrusted sender's delivery over real HTTP: its todo held in the endpoint's quarantine."""
+    import uuid
+
+    import httpx
+
+    from tests.fixtures import fixture, sign
+
+    hook = server.container.webhooks.create(caller=CLI, endpoint=endpoint["slug"], source_type="github",
+                                            target_queue="work")
+    server.container.webhooks.set_trust(hook["webhook_id"], caller=CLI, senders=["octocat-alice"], associations=None)
+    body = fixture("github_issue_comment_created.json")  # sent by drive-by-dana: not trusted
+    headers = {"content-type": "application/json", "x-github-event": "issue_comment",
+               "x-github-delivery": str(uuid.uuid4()), **sign("github", hook["signing_secret"], body)}
+    answer = httpx.post(hook["ingest_url"], content=body, headers=headers, timeout=30).json()
+    assert answer["held"] is True and answer["todos"][0]["queue"] == "quarantine", answer
+    return answer["id"]
+
+
+async def attach_and_listen(endpoint: dict) -> list[str]:
+    """Opens a session (its GET stream), waits for what ringing on attach brings, closes it: the
+    todo ids it was rung for."""
+    listener = ChannelListener()
+    async with connect(endpoint, listener):
+        with anyio.move_on_after(RING_WAIT):
+            await rings_of(listener, total=1)
+        await anyio.sleep(QUIET)  # and nothing more
+    return ids(listener)
+
+
+def test_attach_never_rings_a_held_todo_and_rings_the_oldest_claimable_one_instead(manual):
+    server, clock = manual
+    endpoint = vend(server)
+    app = server.container.app
+    held = held_delivery(server, endpoint)  # the oldest todo of the endpoint
+    clock.advance(minutes=2)  # past every due ring's grace: only the attach rings now
+    assert anyio.run(attach_and_listen, endpoint) == []
+
+    clock.advance(seconds=1)
+    waiting = app.push(endpoint["slug"], "claimable", caller=CLI)["todo"]["id"]
+    clock.advance(minutes=2)
+    assert anyio.run(attach_and_listen, endpoint) == [waiting]
+    assert app.get_todo(held, caller=CLI)["queue"] == "quarantine"  # still held, never rung
+
+
+def test_attach_passes_over_a_queue_at_max_in_flight_and_a_todo_not_yet_due(manual):
+    server, clock = manual
+    endpoint = vend(server, queues=("full", "open"))
+    app, agent = server.container.app, Caller("endpoint", endpoint["slug"])
+    app.set_queue_controls(endpoint["slug"], "full", caller=CLI, max_in_flight=1)
+    claimed = app.push(endpoint["slug"], "claimed", caller=CLI, queue="full")["todo"]["id"]
+    app.claim(claimed, caller=agent)
+    clock.advance(seconds=1)
+    app.push(endpoint["slug"], "waits for a place", caller=CLI, queue="full")
+    clock.advance(seconds=1)
+    app.push(endpoint["slug"], "not yet due", caller=CLI, queue="open", delay_seconds=3600)
+    clock.advance(seconds=1)
+    oldest_claimable = app.push(endpoint["slug"], "oldest claimable", caller=CLI, queue="open")["todo"]["id"]
+    clock.advance(seconds=1)
+    app.push(endpoint["slug"], "newer", caller=CLI, queue="open")
+    clock.advance(minutes=2)
+    assert anyio.run(attach_and_listen, endpoint) == [oldest_claimable]
+
+    app.complete(claimed, caller=agent)  # `full` admits again: its waiting todo is now the oldest
+    clock.advance(minutes=2)
+    waiting = [t["id"] for t in app.list_todos(caller=CLI, queue="full", state="pending")]
+    assert anyio.run(attach_and_listen, endpoint) == waiting
