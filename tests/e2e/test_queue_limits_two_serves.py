@@ -28,6 +28,7 @@ from application.service import Caller
 from tests.e2e._ingest import Stack
 from tests.e2e._support import Server
 from tests.e2e.test_mcp_sessions import ChannelListener, connect
+from tests.integration._support import most_claimed_at_once, most_in_any_window
 
 pytestmark = pytest.mark.postgres
 
@@ -160,14 +161,7 @@ def test_sixteen_mcp_claimers_on_two_serves_never_hold_more_than_max_in_flight(p
         print(f"in-flight samples: {len(samples)}, most {max(samples)}; most held by clients at once {peak[0]};"
               f" refusals {claimers.refusals}")
         assert peak[0] <= 3 and max(samples) <= 3 and set(claimers.refusals) == {"max_in_flight"}
-        claimed, most = set(), 0
-        for kind, todo, _ in log_of(stack, todos):
-            if kind == "TodoClaimed":
-                claimed.add(todo)
-            else:
-                claimed.discard(todo)
-            most = max(most, len(claimed))
-        assert most == 3  # the limit was reached, never passed
+        assert most_claimed_at_once(log_of(stack, todos)) == 3  # the limit was reached, never passed
         assert {r["state"] for r in stack.app.list_todos(caller=CLI, limit=1000)} == {"done"}
 
 
@@ -199,7 +193,7 @@ def test_sixteen_mcp_claimers_on_two_serves_never_pass_the_rate_in_any_60_second
 
     times = sorted(at for kind, _, at in claims if kind == "TodoClaimed")
     window = timedelta(minutes=1)
-    worst = max(sum(1 for t in times if start <= t < start + window) for start in times)
+    worst = most_in_any_window(times, window)
     per_minute = [sum(1 for t in times if times[0] + k * window <= t < times[0] + (k + 1) * window)
                   for k in range(MINUTES)]
     print(f"{len(times)} claims over {(times[-1] - times[0]).total_seconds():.0f} s of the app clock in {seconds:.1f} s;"

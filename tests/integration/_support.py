@@ -3,7 +3,9 @@ dead letters made quickly."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
 from typing import Any
 
 from application.service import Caller, Switchboard
@@ -46,6 +48,25 @@ def dead_letters(app: Switchboard, slug: str, count: int, *, threads: int = 8) -
             rows = list(pool.map(lambda todo: app.release(todo, caller=agent), claimed))
     assert all(row["state"] == "failed" and row["dead_letter"] for row in rows)
     return todos
+
+
+def most_claimed_at_once(log: Iterable[tuple[str, str, Any]]) -> int:
+    """The most todos claimed at once, replaying (event type, todo id, …) of claims and claim ends
+    in commit order."""
+    claimed: set[str] = set()
+    most = 0
+    for kind, todo, *_ in log:
+        if kind == "TodoClaimed":
+            claimed.add(todo)
+        else:
+            claimed.discard(todo)
+        most = max(most, len(claimed))
+    return most
+
+
+def most_in_any_window(times: Sequence[datetime], window: timedelta) -> int:
+    """The most of these times in any half-open window [t, t + window) (each starting at one of them)."""
+    return max((sum(1 for t in times if start <= t < start + window) for start in times), default=0)
 
 
 def history_types(app: Switchboard, todo_id: str) -> list[str]:

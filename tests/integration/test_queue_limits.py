@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tests.doubles import ManualClock
-from tests.integration._support import CLI, push_many, vend_worker
+from tests.integration._support import CLI, most_claimed_at_once, most_in_any_window, push_many, vend_worker
 
 pytestmark = pytest.mark.postgres
 
@@ -106,14 +106,7 @@ def test_max_in_flight_holds_across_two_containers_and_16_claimers(pg_url, make_
     assert not claimers.errors, claimers.errors
     assert peak[0] <= 3
 
-    claimed, most = set(), 0
-    for kind, todo, _ in claims_in_log_order(apps[0], todos):
-        if kind == "TodoClaimed":
-            claimed.add(todo)
-        else:
-            claimed.discard(todo)
-        most = max(most, len(claimed))
-    assert most == 3  # the limit was reached, never passed
+    assert most_claimed_at_once(claims_in_log_order(apps[0], todos)) == 3  # the limit was reached, never passed
     assert {r["state"] for r in apps[0].list_todos(caller=CLI, limit=1000)} == {"done"}
 
 
@@ -135,7 +128,6 @@ def test_the_rate_holds_in_every_60_second_window_across_two_containers(pg_url, 
 
     times = sorted(at for kind, _, at in claims_in_log_order(apps[0], todos) if kind == "TodoClaimed")
     assert len(times) == 100 and claimers.refused > 0
-    window = timedelta(seconds=60)
-    worst = max(sum(1 for t in times if start <= t < start + window) for start in times)
+    worst = most_in_any_window(times, timedelta(seconds=60))
     assert worst <= 30
     assert worst == 30  # and the budget was used
