@@ -175,7 +175,7 @@ def test_sixteen_mcp_claimers_on_two_serves_never_pass_the_rate_in_any_60_second
         assert "SWITCHBOARD_CLOCK_FILE" in stack.server.stderr() and "test hook" in other.stderr()
         # more todos than the minutes can admit: the rate, never the supply, bounds the claims
         endpoint, todos, urls = pool(stack, other, RATE * (MINUTES + 2), max_claims_per_minute=RATE)
-        claimers = Claimers(endpoint, urls, at_once, refused_wait=0.1)
+        claimers = Claimers(endpoint, urls, at_once, refused_wait=0.2)
         started = time.monotonic()
 
         async def step_the_clock() -> None:
