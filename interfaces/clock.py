@@ -41,7 +41,7 @@ def read_offset(path: str | Path) -> timedelta:
 
 class FileOffsetClock:
     """UTC wall time plus the offset in a file (a test hook): re-read when the file changes; a file
-    gone or unreadable keeps the last offset (one log line until it is readable again)."""
+    gone or unreadable keeps the last offset (one log line then, one when it is readable again)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
@@ -61,7 +61,9 @@ class FileOffsetClock:
             if current != stamp:
                 offset = read_offset(self.path)
                 self._seen = (current, offset)
-            self._complained = False
+            if self._complained:
+                log.warning("clock file %s: readable again, offset %s s", self.path, offset.total_seconds())
+                self._complained = False
         except (OSError, ConfigurationError) as error:
             if not self._complained:
                 log.warning("clock file %s: %s; keeping the offset %s s", self.path,

@@ -62,8 +62,9 @@ def _open_store(settings: Settings, stop: threading.Event) -> SqlEventStore | No
     attempt, failing = 0, False
     while True:
         try:
-            store = SqlEventStore(DatabaseUrl.parse(settings.database_url), clock_of(settings.clock_file), all_projections(),
-                                  pool_size=POOL_SIZE, application_name="switchboard-projector").open()
+            store = SqlEventStore(DatabaseUrl.parse(settings.database_url), clock_of(settings.clock_file),
+                                  all_projections(), pool_size=POOL_SIZE,
+                                  application_name="switchboard-projector").open()
         except StoreUnavailable as error:
             if not failing:
                 log.warning("projector: store unavailable (%s); retrying with back-off", first_line(error))

@@ -10,9 +10,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from application.errors import ConfigurationError
-from interfaces.clock import read_offset
 from domain.errors import InvalidArgument
 from domain.installation import check_base_url
+from interfaces.clock import read_offset
 
 SECRET_KEY_FORMAT = re.compile(r"[0-9a-fA-F]{64}")
 DEFAULT_BODY_TIMEOUT_SECONDS = 30.0  # a request body not fully received by then is answered 408

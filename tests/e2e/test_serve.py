@@ -101,6 +101,8 @@ def test_healthz_when_the_store_goes_away(pg_url, tmp_path):
     pytest.param({"SWITCHBOARD_DATABASE_URL": "mysql://x"}, "bad database URL", id="bad-url"),
     pytest.param({"SWITCHBOARD_METRICS_TOKEN": "too-short"}, "SWITCHBOARD_METRICS_TOKEN", id="short-token"),
     pytest.param({"SWITCHBOARD_METRICS_TOKEN": "m" * 31}, "SWITCHBOARD_METRICS_TOKEN", id="31-char-token"),
+    pytest.param({"SWITCHBOARD_CLOCK_FILE": "/nonexistent/clock"}, "SWITCHBOARD_CLOCK_FILE /nonexistent/clock",
+                 id="missing-clock-file"),
 ])
 def test_refused_start(tmp_path, env, says):
     started = time.monotonic()

@@ -23,8 +23,12 @@ def write(path: Path, text: str) -> None:
 
 
 def offset_now(clock: FileOffsetClock) -> float:
-    """The clock's lead over the wall clock, in seconds (to 10 ms)."""
-    return round((clock.now() - datetime.now(timezone.utc)).total_seconds(), 2)
+    """The offset the clock adds to the wall clock now, in seconds (checked to be what `now()` adds)."""
+    before = datetime.now(timezone.utc)
+    now = clock.now()
+    offset = clock.offset()
+    assert before + offset <= now <= datetime.now(timezone.utc) + offset
+    return offset.total_seconds()
 
 
 def test_the_clock_is_wall_time_plus_the_seconds_in_the_file_and_follows_each_step(tmp_path):
@@ -40,7 +44,7 @@ def test_the_clock_is_wall_time_plus_the_seconds_in_the_file_and_follows_each_st
     assert clock.now().tzinfo is not None
 
 
-def test_a_file_gone_or_garbled_keeps_the_last_offset_with_one_log_line(tmp_path, caplog):
+def test_a_file_gone_or_garbled_keeps_the_last_offset_with_one_log_line_then_one_when_it_is_back(tmp_path, caplog):
     path = tmp_path / "clock"
     write(path, "120")
     clock = FileOffsetClock(path)
@@ -54,6 +58,9 @@ def test_a_file_gone_or_garbled_keeps_the_last_offset_with_one_log_line(tmp_path
     assert len(warnings) == 1 and "keeping the offset 120.0 s" in warnings[0], warnings
     write(path, "30")
     assert offset_now(clock) == 30
+    assert offset_now(clock) == 30
+    warnings = [r.getMessage() for r in caplog.records if r.name == "switchboard.clock"]
+    assert len(warnings) == 2 and "readable again, offset 30.0 s" in warnings[1], warnings
 
 
 def test_a_missing_file_reads_as_no_offset_until_it_is_written(tmp_path):
