@@ -1,5 +1,7 @@
 """Queue controls, delays and bulk retry on every surface (CONTRACT §13): the CLI in its own
-process, the operator API and MCP over real HTTP against one `switchboard serve` on SQLite."""
+process, the operator API and MCP over real HTTP against one `switchboard serve` on SQLite; and a
+bulk retry of 500 dead letters by the CLI on each store. The limits across two `serve` processes
+on PostgreSQL: tests/e2e/test_queue_limits_two_serves.py."""
 
 from __future__ import annotations
 

@@ -4,7 +4,9 @@ queue past `max_in_flight`, nor past `max_claims_per_minute` in any 60 s window.
 
 The rate runs under one ManualClock shared by both containers, advanced while 16 threads claim
 (a real minute per window would be too long); the in-flight bound is checked on the event log
-itself: replayed in commit order, the queue's claimed todos never exceed the limit.
+itself: replayed in commit order, the queue's claimed todos never exceed the limit. The same
+bounds with two real `serve` processes and MCP clients, on a clock stepped across processes:
+tests/e2e/test_queue_limits_two_serves.py.
 """
 
 from __future__ import annotations
