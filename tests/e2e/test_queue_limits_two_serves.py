@@ -94,6 +94,7 @@ class Claimers:
         self.endpoint, self.urls, self.hold, self.refused_wait = endpoint, urls, hold, refused_wait
         self.stop = anyio.Event()
         self.claimed = 0
+        self.by_server = dict.fromkeys(urls, 0)
         self.refusals: dict[str, int] = {}
         self.retry_afters: set[int] = set()
 
@@ -117,6 +118,7 @@ class Claimers:
                     await anyio.sleep(self.refused_wait)
                     continue
                 self.claimed += 1
+                self.by_server[url] += 1
                 await self.hold()
                 done = await client.call_tool("complete", {"id": answer["todo"]["id"]})
                 assert not done.is_error, done.content
@@ -161,6 +163,7 @@ def test_sixteen_mcp_claimers_on_two_serves_never_hold_more_than_max_in_flight(p
         print(f"in-flight samples: {len(samples)}, most {max(samples)}; most held by clients at once {peak[0]};"
               f" refusals {claimers.refusals}")
         assert peak[0] <= 3 and max(samples) <= 3 and set(claimers.refusals) == {"max_in_flight"}
+        assert all(claimers.by_server.values()), claimers.by_server  # both servers took claims
         assert most_claimed_at_once(log_of(stack, todos)) == 3  # the limit was reached, never passed
         assert {r["state"] for r in stack.app.list_todos(caller=CLI, limit=1000)} == {"done"}
 
@@ -198,9 +201,11 @@ def test_sixteen_mcp_claimers_on_two_serves_never_pass_the_rate_in_any_60_second
                   for k in range(MINUTES)]
     print(f"{len(times)} claims over {(times[-1] - times[0]).total_seconds():.0f} s of the app clock in {seconds:.1f} s;"
           f" per minute {per_minute}; worst 60 s window {worst}; refusals {claimers.refusals};"
-          f" retry_after_seconds {sorted(claimers.retry_afters)}")
+          f" retry_after_seconds {sorted(claimers.retry_afters)};"
+          f" claims by server {list(claimers.by_server.values())}")
     assert worst <= RATE
     assert worst == RATE  # the budget was used
     assert all(n > 0 for n in per_minute), per_minute  # the limit admits again each minute, never stuck at zero
     assert set(claimers.refusals) == {"rate_limited"} and claimers.refusals["rate_limited"] > 0
+    assert all(claimers.by_server.values()), claimers.by_server  # both servers took claims
     assert all(1 <= s <= 60 for s in claimers.retry_afters), claimers.retry_afters
