@@ -22,6 +22,8 @@ and dropped at the end, even on failure. Phases, all in one run:
 
 `--profile DIR` also writes cProfile files (one per worker thread and one for the writer
 thread) for the first Switchboard/PostgreSQL round, and prints the top functions.
+`--split` times each writer batch of that round's drain instead: its size, the handlers, encoding
+and ops, the append's one round trip, and the statements it sent (`split_writer`).
 """
 
 from __future__ import annotations
@@ -211,8 +213,81 @@ def profile_writer(container: Container, profile_dir: str) -> None:
     writer._loop = profiled  # type: ignore[method-assign]
 
 
+class BatchSplit:
+    """Where each writer batch's time goes (one drain): wraps the writer's and the recorder's
+    methods on this container only, and counts the statements of each append."""
+
+    def __init__(self, container: Container) -> None:
+        from interfaces.store import recorders
+
+        self.rows: list[dict] = []
+        self._row: dict = {}
+        writer, recorder = container.store.writer, container.store.recorder
+        self._recorders, self._coalesce = recorders, recorders.coalesce_ops
+        process, commit, append, insert = writer._process, writer._commit, writer._append, recorder.insert_events
+
+        def timed(function: Callable, key: str) -> Callable:
+            def run(*args, **kwargs):
+                started = time.perf_counter()
+                try:
+                    return function(*args, **kwargs)
+                finally:
+                    self._row[key] = self._row.get(key, 0.0) + time.perf_counter() - started
+            return run
+
+        def batch(jobs, attempt=0):
+            if self._row:  # a re-run within the batch: part of its time
+                return process(jobs, attempt)
+            self._row = {"size": len(jobs)}
+            started = time.perf_counter()
+            try:
+                return process(jobs, attempt)
+            finally:
+                self._row["batch"] = time.perf_counter() - started
+                self.rows.append(self._row)
+                self._row = {}
+
+        def coalesce(ops):
+            out = self._coalesce(ops)
+            self._row["statements"] = self._row.get("statements", 0) + len(out) + 4  # + BEGIN, LOCK, INSERT, COMMIT
+            return out
+
+        def insert_events(stored, **kwargs):
+            if kwargs.get("notify"):  # the doorbell's NOTIFY, sent only by some commits (ADR 11)
+                self._row["statements"] = self._row.get("statements", 0) + 1
+            return timed(insert, "round trip")(stored, **kwargs)
+
+        writer._process, writer._commit = batch, timed(commit, "commit")
+        writer._append, recorder.insert_events = timed(append, "append"), insert_events
+        recorders.coalesce_ops = coalesce
+
+    def close(self) -> None:
+        self._recorders.coalesce_ops = self._coalesce
+
+    def report(self) -> None:
+        rows = [r for r in self.rows if "round trip" in r]
+        if not rows:
+            return
+        log(f"\n--- writer batch split (drain of round 1): {len(rows)} batches that appended,"
+            f" {statistics.mean(r['size'] for r in rows):.2f} commands each (mean) ---")
+        columns = (
+            ("whole batch", lambda r: r["batch"]),
+            ("handlers", lambda r: r["batch"] - r.get("commit", 0.0)),
+            ("encode + ops", lambda r: r.get("append", 0.0) - r["round trip"]),
+            ("append round trip", lambda r: r["round trip"]),
+            ("after the append", lambda r: r.get("commit", 0.0) - r.get("append", 0.0)),
+        )
+        for label, value in columns:
+            values = [value(r) for r in rows]
+            log(f"  {label:18s} median {statistics.median(values) * 1000:6.2f} ms  mean {statistics.mean(values) * 1000:6.2f} ms"
+                f"  total {sum(values):6.2f} s")
+        log(f"  statements per append: mean {statistics.mean(r.get('statements', 0) for r in rows):.1f}"
+            " (the tracking update not counted)")
+
+
 def switchboard_round(url: str, todos: int, workers: int, data_dir: str, *, profile_dir: str | None = None,
-                      keep: bool = False, batch: int | None = None, max_in_flight: int | None = None) -> dict:
+                      keep: bool = False, batch: int | None = None, max_in_flight: int | None = None,
+                      split: bool = False) -> dict:
     container = make_container(url, data_dir)
     try:
         slug = setup_endpoint(container, max_in_flight)
@@ -227,7 +302,13 @@ def switchboard_round(url: str, todos: int, workers: int, data_dir: str, *, prof
             writer._thread.join()
             writer._thread = None
             profile_writer(container, profile_dir)
-        seconds, done, errors = drain(container, slug, workers, profile_dir, batch=batch)
+        splitter = BatchSplit(container) if split and container.store.url.dialect == "postgres" else None
+        try:
+            seconds, done, errors = drain(container, slug, workers, profile_dir, batch=batch)
+        finally:
+            if splitter is not None:
+                splitter.close()
+                splitter.report()
         events = container.store.max_position()
         if profile_dir:
             writer = container.store.writer
@@ -381,6 +462,8 @@ def main() -> int:
     parser.add_argument("--skip-rebuild", action="store_true", help="skip the rebuild phases")
     parser.add_argument("--profile", metavar="DIR", help="cProfile the first Switchboard/PostgreSQL drain into DIR")
     parser.add_argument("--profile-top", type=int, default=25, help="rows of each profile table (default 25)")
+    parser.add_argument("--split", action="store_true",
+                        help="time each writer batch of the first Switchboard/PostgreSQL drain (handlers, encoding, round trip)")
     parser.add_argument("--quick", action="store_true",
                         help="well under a minute: 1500 todos, 2 rounds, 600 SQLite todos, 20k/6k rebuild events")
     args = parser.parse_args()
@@ -407,7 +490,7 @@ def main() -> int:
             url = dbs.create(f"sb{r}")
             last = r == args.rounds and not args.skip_rebuild
             sb = switchboard_round(url, args.todos, args.workers, tmp.name,
-                                   profile_dir=args.profile if r == 1 else None, keep=last)
+                                   profile_dir=args.profile if r == 1 else None, keep=last, split=args.split and r == 1)
             log(f"[round {r}] switchboard/pg: {sb['rate']:8.1f} todos/s  ({sb['done']} in {sb['seconds']:.2f}s;"
                 f" push {sb['push_rate']:.0f}/s untimed; {sb['events']} events; errors {len(sb['errors'])})")
             for e in sb["errors"][:3]:

@@ -275,6 +275,7 @@ def run_ops(cursor: Any, ops: Sequence[tuple[str, Sequence[Any]]], placeholder: 
 _KEYED_WHERE = re.compile(r"(?:UPDATE (\w+) SET (.*)|DELETE FROM (\w+)) WHERE (\w+) = %s")
 _KEYED_UPSERT = re.compile(
     r"INSERT INTO (\w+) \(([\w, ]+)\) VALUES (\((?:%s, )*%s\)) ON CONFLICT \((\w+)\) DO UPDATE SET (.*)")
+_KEYED_INSERT = re.compile(r"INSERT INTO (\w+) \(([\w, ]+)\) VALUES (\((?:%s|\d+)(?:, (?:%s|\d+))*\))")
 
 
 @functools.lru_cache(maxsize=256)
@@ -283,8 +284,10 @@ def _row_key_shape(sql: str) -> tuple[str, str, str, int] | None:
     or None when it cannot be told from the statement (then the op is never moved or merged).
 
     Recognised: `UPDATE t SET ... WHERE col = %s`, `DELETE FROM t WHERE col = %s` (the key the
-    last parameter) and `INSERT INTO t (cols) VALUES (%s, ...) ON CONFLICT (col) DO UPDATE SET ...`
-    (the key the parameter of `col`); none with a sub-select, none that assigns its key column.
+    last parameter), `INSERT INTO t (cols) VALUES (%s, ...) ON CONFLICT (col) DO UPDATE SET ...`
+    (the key the parameter of `col`) and a plain `INSERT INTO t (col, ...) VALUES (%s, ...)` whose
+    values are parameters or integers (the key its first column, the one our inline tables are
+    keyed by); none with a sub-select, none that assigns its key column.
     """
     if "SELECT" in sql:
         return None
@@ -302,6 +305,13 @@ def _row_key_shape(sql: str) -> tuple[str, str, str, int] | None:
         assigns_key = re.search(rf"\b{column}\s*=", assigned)
         if column in names and len(names) == count == values.count("%s") and not assigns_key:
             return "upsert", table, column, names.index(column)
+        return None
+    insert = _KEYED_INSERT.fullmatch(sql)
+    if insert is not None:
+        table, columns, values = insert.groups()
+        names = [c.strip() for c in columns.split(",")]
+        if len(names) == len(values.split(",")) and values.startswith("(%s"):
+            return "insert", table, names[0], 0
     return None
 
 
@@ -328,7 +338,7 @@ def coalesce_ops(ops: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[str, tu
     Within a stretch of single-row ops (`_keyed`) that name distinct rows — per table one key
     column, each key value once — the ops touch disjoint rows, so their order does not matter:
     the UPDATEs or DELETEs of one statement with the same other parameters become one
-    `col = ANY(%s)`, and the upserts of one statement one multi-row VALUES. Any other op, and a
+    `col = ANY(%s)`, and the inserts or upserts of one statement one multi-row VALUES. Any other op, and a
     row named a second time, ends the stretch; nothing moves across it. NUL in text is replaced
     first (`_storable`), as `run_ops` does.
     """
@@ -348,6 +358,9 @@ def coalesce_ops(ops: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[str, tu
                     sql.partition(" ON CONFLICT ")[2]
                 out.append((f"{head} VALUES {', '.join([values] * len(members))} ON CONFLICT {tail}",
                             tuple(p for m in members for p in m)))
+            elif kind == "insert":
+                head, values = sql.partition(" VALUES ")[0], _KEYED_INSERT.fullmatch(sql).group(3)
+                out.append((f"{head} VALUES {', '.join([values] * len(members))}", tuple(p for m in members for p in m)))
             else:
                 prefix = sql[: -len(f"{column} = %s")]
                 out.append((f"{prefix}{column} = ANY(%s)", (*members[0][:-1], [m[-1] for m in members])))
@@ -372,7 +385,7 @@ def coalesce_ops(ops: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[str, tu
             flush()
         columns[table] = column
         rows.add((table, key))
-        group = (sql,) if kind == "upsert" else (sql, *params[:-1])
+        group = (sql,) if kind in ("upsert", "insert") else (sql, *params[:-1])
         try:
             members = groups.setdefault(group, [])
         except TypeError:  # an unhashable parameter (a JSON value): this op stays as it is

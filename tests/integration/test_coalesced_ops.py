@@ -13,17 +13,19 @@ from application.service import Caller
 from interfaces.store.database import Database, DatabaseUrl, coalesce_ops, run_ops
 from projections.claimable import ClaimableQueue
 from projections.doorbell import Doorbells
+from projections.queue_load import QueueLoad
 from projections.timers import DueTimers
 
 pytestmark = pytest.mark.postgres
 
-INLINE = (ClaimableQueue(), DueTimers(), Doorbells())
+INLINE = (ClaimableQueue(), DueTimers(), Doorbells(), QueueLoad())
 SET = "UPDATE sb_claimable SET available_at = %s WHERE todo_id = %s"
 DELETE = "DELETE FROM sb_claimable WHERE todo_id = %s"
 UPSERT = ("INSERT INTO sb_timers (todo_id, kind, due_at) VALUES (%s, %s, %s)"
           " ON CONFLICT (todo_id) DO UPDATE SET kind = excluded.kind, due_at = excluded.due_at")
 TIMER_DELETE = "DELETE FROM sb_timers WHERE todo_id = %s"
 INSERT = "INSERT INTO sb_claimable (todo_id, endpoint_id, queue, created_at, available_at) VALUES (%s, %s, %s, %s, %s)"
+IN_FLIGHT = "INSERT INTO sb_in_flight (todo_id, endpoint_id, queue, admitted) VALUES (%s, %s, %s, 1)"
 
 
 def test_single_row_ops_of_distinct_rows_merge_and_nothing_moves_across_a_repeat_or_another_statement():
@@ -31,8 +33,9 @@ def test_single_row_ops_of_distinct_rows_merge_and_nothing_moves_across_a_repeat
         (SET, (None, "a")), (DELETE, ("b",)), (SET, (None, "c")), (SET, (7, "d")),  # one stretch
         (SET, (None, "a")),  # `a` again: a new stretch
         (UPSERT, ("a", "lease", 1)), (TIMER_DELETE, ("b",)), (UPSERT, ("c", "lease", 2)),
-        (INSERT, ("e", "ep", "q", 1, 1)),  # no row key known: stays where it is, ends the stretch
-        (DELETE, ("e",)), (DELETE, ("f",)),
+        (INSERT, ("e", "ep", "q", 1, 1)), (INSERT, ("g", "ep", "q", 1, 1)),  # a plain insert is keyed by its first column
+        (DELETE, ("e",)), (DELETE, ("f",)),  # `e` again: a new stretch
+        (IN_FLIGHT, ("h", "ep", "q")), (IN_FLIGHT, ("i", "ep", "q")),  # an integer among the values is kept
     ]
     assert coalesce_ops(ops) == [
         ("UPDATE sb_claimable SET available_at = %s WHERE todo_id = ANY(%s)", (None, ["a", "c"])),
@@ -43,8 +46,11 @@ def test_single_row_ops_of_distinct_rows_merge_and_nothing_moves_across_a_repeat
          " ON CONFLICT (todo_id) DO UPDATE SET kind = excluded.kind, due_at = excluded.due_at",
          ("a", "lease", 1, "c", "lease", 2)),
         (TIMER_DELETE, ("b",)),
-        (INSERT, ("e", "ep", "q", 1, 1)),
+        ("INSERT INTO sb_claimable (todo_id, endpoint_id, queue, created_at, available_at)"
+         " VALUES (%s, %s, %s, %s, %s), (%s, %s, %s, %s, %s)", ("e", "ep", "q", 1, 1, "g", "ep", "q", 1, 1)),
         ("DELETE FROM sb_claimable WHERE todo_id = ANY(%s)", (["e", "f"],)),
+        ("INSERT INTO sb_in_flight (todo_id, endpoint_id, queue, admitted) VALUES (%s, %s, %s, 1), (%s, %s, %s, 1)",
+         ("h", "ep", "q", "i", "ep", "q")),
     ]
 
 
@@ -54,6 +60,9 @@ def test_statements_it_cannot_read_a_row_key_from_are_left_alone():
         ("UPDATE t SET k = %s WHERE k = %s", (1, 2)),  # assigns its own key column
         ("UPDATE t SET a = %s WHERE k = %s AND b = %s", (1, 2, 3)),
         ("INSERT INTO t (k, a) VALUES (%s, %s) ON CONFLICT (k) DO UPDATE SET a = %s", (1, 2, 3)),
+        ("INSERT INTO t (k, a) VALUES (%s, %s) RETURNING k", (1, 2)),
+        ("INSERT INTO t (a, k) VALUES (1, %s)", (2,)),  # its first column is no parameter
+        ("INSERT INTO t (k, a) SELECT %s, a FROM u", (1,)),
         ("DELETE FROM t WHERE k = %s", (None,)),
     ]
     assert coalesce_ops(kept + kept) == [(sql, tuple(params)) for sql, params in kept + kept]
@@ -82,6 +91,7 @@ def test_random_op_sequences_leave_the_same_rows_coalesced_as_one_by_one(db):
                 (SET, (at, key)), (DELETE, (key,)), (INSERT, (key, "ep", "work", rng.randint(1, 9), at)),
                 (UPSERT, (key, rng.choice(["lease", "retry"]), rng.randint(1, 9))), (TIMER_DELETE, (key,)),
                 ("UPDATE sb_doorbell SET spell = %s, pending_since = %s WHERE todo_id = %s", (at, at, key)),
+                (IN_FLIGHT, (key, "ep", "work")), ("DELETE FROM sb_in_flight WHERE todo_id = %s", (key,)),
                 ("INSERT INTO sb_doorbell (todo_id, endpoint_id, queue, source, kind, title, spell, pending_since)"
                  " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", (key, "ep", "work", "operator", None, "t", at, at)),
             ]))
