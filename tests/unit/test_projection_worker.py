@@ -24,7 +24,9 @@ def test_a_burst_of_wakes_costs_a_catch_up_per_gather_window_not_one_per_wake():
             last_wake = time.monotonic()
             wakes += 1
             time.sleep(0.002)
-        time.sleep(3 * worker.GATHER)
+        deadline = time.monotonic() + 5  # a loaded machine may be slow to schedule the worker
+        while not (calls and calls[-1] >= last_wake) and time.monotonic() < deadline:
+            time.sleep(0.01)
     finally:
         stop.set()
         worker.wake.set()
