@@ -64,10 +64,9 @@ class RequestGuard:
         declared = _content_length(scope)
         if declared is not None and declared > limit:
             return await self.app(scope, receive, send)  # the route refuses it by its size, unread
-        try:  # a deadline on this task, not `wait_for` (a task of its own for every request body)
-            async with asyncio.timeout(self.body_timeout):
-                messages = await _buffer(receive, limit)
-        except TimeoutError:
+        try:
+            messages = await asyncio.wait_for(_buffer(receive, limit), self.body_timeout)
+        except asyncio.TimeoutError:
             return await _refuse(send, 408, "request_timeout",
                                  f"request body not received within {self.body_timeout:g} s")
 
