@@ -69,8 +69,10 @@ class ProjectionWorker:
 
     def run(self, stop: threading.Event) -> None:
         def tick() -> float:
-            if self.wake.is_set():
-                stop.wait(self.GATHER)
+            # Always, not only while `wake` is set: the loop clears it before each tick, so that
+            # test let every commit of a burst start a catch-up of its own. A periodic tick (no
+            # wake for MAX_SLEEP) is late by GATHER, which no reader notices.
+            stop.wait(self.GATHER)
             return self.tick()
 
         _loop(tick, self.wake, stop, "projections")

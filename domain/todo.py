@@ -237,6 +237,13 @@ MOVES_TIMER = (
 )
 
 
+def moves_timer(event: DomainEvent) -> bool:
+    """Whether this event sets, moves or clears a timer: a todo opened without `not_before` has none."""
+    if isinstance(event, TodoOpened):
+        return event.not_before is not None
+    return isinstance(event, MOVES_TIMER)
+
+
 def state_after(event: DomainEvent) -> tuple[str, bool]:
     """The todo's state and dead-letter flag right after this event."""
     match event:

@@ -12,7 +12,7 @@ from application.audit import AuditLog, Sealer
 from application.background import ProjectionWorker, TimerScheduler
 from application.retention import RetentionService
 from application.ports import Clock
-from domain.todo import MOVES_TIMER
+from domain.todo import moves_timer
 from application.service import Switchboard
 from application.webhooks import Webhooks
 from interfaces.clock import clock_of
@@ -92,7 +92,7 @@ class Background:
 
         def on_commit(recorded) -> None:
             wake_projections()
-            if any(isinstance(r.event, MOVES_TIMER) for r in recorded):
+            if any(moves_timer(r.event) for r in recorded):  # not each delivery's TodoOpened
                 scheduler.wake.set()
 
         c.store.subscribe(on_commit)

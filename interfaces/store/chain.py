@@ -23,7 +23,7 @@ from uuid import UUID
 import msgspec
 
 from application.audit import LoggedEvent, Sealed, Unreadable
-from interfaces.store.codec import _ENVELOPE, EVENT_TYPES
+from interfaces.store.codec import EVENT_TYPES, stored_fields
 from projections.base import micros
 
 if TYPE_CHECKING:
@@ -70,9 +70,12 @@ class FloatSpotter:
 
 
 def _defaults(cls: type) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The fields an event of this class stores (never the bytes it carries to the store:
+    domain/payloads.py `carried`), and the defaults of those that have one."""
     names, defaults = [], {}
+    stored = stored_fields(cls)
     for f in dataclasses.fields(cls):
-        if f.name in _ENVELOPE:
+        if f.name not in stored:
             continue
         names.append(f.name)
         if f.default is not dataclasses.MISSING:

@@ -34,7 +34,7 @@ EVENT_TYPES.update((cls.__name__, cls) for cls in (*INSTALLATION_EVENTS, *RETENT
 _ENVELOPE = ("originator_id", "originator_version")
 
 
-def _stored_fields(cls: type[DomainEvent]) -> tuple[str, ...]:
+def stored_fields(cls: type[DomainEvent]) -> tuple[str, ...]:
     """The fields serialized: not the stream's columns, not the bytes an event carries to the
     store (domain/payloads.py `carried`)."""
     return tuple(f.name for f in dataclasses.fields(cls) if f.name not in _ENVELOPE and not is_carried(f))
@@ -45,13 +45,13 @@ class EventCodec:
 
     def __init__(self, types: dict[str, type[DomainEvent]] = EVENT_TYPES) -> None:
         self._types = dict(types)
-        self._fields = {cls: _stored_fields(cls) for cls in self._types.values()}
+        self._fields = {cls: stored_fields(cls) for cls in self._types.values()}
         self._encoder = msgspec.json.Encoder()
         self._decoder = msgspec.json.Decoder(dict)
 
     def register(self, cls: type[DomainEvent]) -> None:
         self._types[cls.__name__] = cls
-        self._fields[cls] = _stored_fields(cls)
+        self._fields[cls] = stored_fields(cls)
 
     def encode_state(self, event: DomainEvent) -> bytes:
         return self._encoder.encode({name: getattr(event, name) for name in self._fields[type(event)]})

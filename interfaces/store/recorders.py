@@ -111,18 +111,21 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
         self.connections: Any = None
         """A pooled connection for the look-up (`Database.connection`): the pool may hold the last
         free slots of a cluster out of connections; else a fresh connection is opened."""
+        # Each append's statements, rendered to bytes once: psycopg renders a composed statement
+        # again on every execute (~8 µs each, four per append).
+        table, channel = Identifier(self.events_table_name), Identifier(self.channel_name)
         self._insert_arrays = SQL(
             "INSERT INTO {table} (originator_id, originator_version, topic, state)"
             " SELECT * FROM unnest(%b::uuid[], %b::bigint[], %b::text[], %b::bytea[])"
             " RETURNING notification_id"
-        ).format(table=Identifier(self.events_table_name))
-        self._lock = SQL("LOCK TABLE {table} IN EXCLUSIVE MODE").format(table=Identifier(self.events_table_name))
-        self._notify = {news: SQL("NOTIFY {channel}, {news}").format(channel=Identifier(self.channel_name), news=Literal(news))
+        ).format(table=table).as_bytes(None)
+        self._lock = SQL("LOCK TABLE {table} IN EXCLUSIVE MODE").format(table=table).as_bytes(None)
+        self._notify = {news: SQL("NOTIFY {channel}, {news}").format(channel=channel, news=Literal(news)).as_bytes(None)
                         for news in (RING, FREED)}
         """The doorbell's wake-up, sent only by commits that can make a ring due (docs/adr/0011)."""
         self._track = SQL(
             "UPDATE sb_tracking SET position = (SELECT max(notification_id) FROM {table}) WHERE name = ANY(%s)"
-        ).format(table=Identifier(self.events_table_name))
+        ).format(table=table).as_bytes(None)
 
     def _connection(self) -> psycopg.Connection:
         conn = getattr(self._local, "conn", None)

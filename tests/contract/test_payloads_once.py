@@ -145,3 +145,15 @@ def test_every_reference_in_the_log_names_stored_bytes(sb):
         for name in ("body_ref", "payload_ref", "result_ref"):
             if data.get(name) is not None:
                 assert held.get(data[name]["sha256"]) == data[name]["size"], name
+
+
+def test_export_lines_hold_the_stored_fields_and_never_the_carried_bytes_fields(sb):
+    hook, endpoints = fan_out(sb, 1)
+    github(sb, hook)
+    me = agent(endpoints[0])
+    todo = sb.app.claim_next(caller=me)["todo"]
+    sb.app.complete(todo["id"], caller=me, result={"ok": True})
+    lines = {line["type"]: line for line in sb.container.audit.export()}
+    for kind in ("DeliveryAccepted", "TodoOpened", "TodoCompleted"):
+        assert not [name for name in lines[kind]["data"] if name.endswith("_bytes")], kind
+        assert lines[kind]["digests"], kind  # the content is sealed by its digest instead

@@ -14,7 +14,7 @@ import pytest
 
 from domain.names import QUARANTINE
 from domain.todo import (
-    BECOMES_CLAIMABLE, CLAIMED, DONE, FAILED, MAY_BECOME_CLAIMABLE, MOVES_TIMER, PENDING, TODO_EVENTS,
+    BECOMES_CLAIMABLE, CLAIMED, DONE, FAILED, MAY_BECOME_CLAIMABLE, MOVES_TIMER, PENDING, TODO_EVENTS, moves_timer,
     DelayElapsed, LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved,
     TodoOpened, TodoReleased, TodoRequeued, state_after,
 )
@@ -78,6 +78,11 @@ def test_each_projection_projects_or_explicitly_ignores_every_todo_event(project
 
 def test_the_timer_events_are_exactly_those_the_timers_projection_writes():
     assert {type(e) for e in samples() if DueTimers().ops(e, 7)} == set(MOVES_TIMER)
+
+
+def test_an_event_wakes_the_timer_scheduler_exactly_when_the_timers_projection_writes_for_it():
+    for event in samples():
+        assert moves_timer(event) == bool(DueTimers().ops(event, 7)), event
 
 
 def test_events_that_make_a_todo_claimable_are_those_that_give_it_an_available_time():
