@@ -406,7 +406,7 @@ def cmd_projections_rebuild(args, out: Output) -> int:
 def cmd_audit_export(args, out: Output) -> int:
     with _closing(_container(args)) as c:
         try:
-            for record in c.audit.export(after=args.after):
+            for record in c.audit.export(after=args.after, payloads=args.payloads):
                 sys.stdout.write(json.dumps(record, separators=(",", ":")) + "\n")
         except Break as broken:  # an event that cannot be read: the lines before it are out
             print(f"error: chain_broken: {broken}", file=sys.stderr)
@@ -797,6 +797,8 @@ def build_parser() -> argparse.ArgumentParser:
     audit = groups.add_parser("audit", help="the event log").add_subparsers(dest="action", required=True, parser_class=_Parser)
     p = command(audit, "export", cmd_audit_export, "the event log as JSON lines, each with its prev_hash and hash")
     p.add_argument("--after", type=int, default=0, metavar="POSITION")
+    p.add_argument("--payloads", action="store_true",
+                   help="each line also carries the stored payloads its digests name (pruned ones absent)")
     p = command(audit, "verify", cmd_audit_verify,
                 "re-compute the hash chain over the store, or over an export file (exit 1 names the first bad position)")
     p.add_argument("--file", metavar="EXPORT", help="an `audit export` file (`-`: stdin); the store is not opened")

@@ -10,6 +10,7 @@ from uuid import uuid4
 
 import pytest
 
+from application.audit import verify_lines
 from domain.errors import InvalidArgument
 from domain.retention import parse_age
 from domain.todo import Todo
@@ -154,3 +155,23 @@ def test_a_dead_letter_retried_after_its_prune_says_so(sb):
 
     assert claimed["id"] == todo["id"] and claimed["payload"] is None
     assert claimed["payload_pruned"]["text"].startswith("payload pruned at ")
+
+
+def test_an_export_with_payloads_leaves_the_pruned_ones_out_and_still_verifies(sb):
+    endpoint = sb.app.vend(unique("kept"), queues=["work"], caller=CLI)
+    me = agent(endpoint)
+    done = sb.app.push(endpoint["slug"], "finished", caller=CLI, payload={"old": "x" * 100})["todo"]
+    sb.app.claim(done["id"], caller=me)
+    sb.app.complete(done["id"], caller=me, result={"done": True})
+    sb.clock.advance(days=2)
+    live = sb.app.push(endpoint["slug"], "live", caller=CLI, payload={"new": 1})["todo"]
+    assert sb.container.retention.prune("1d", caller=CLI)["payloads"] == 2
+
+    records = list(sb.app.audit(payloads=True))
+    mine = {(r["aggregate"], r["type"]): r for r in records}
+    for pruned in (mine[(done["id"], "TodoOpened")], mine[(done["id"], "TodoCompleted")]):
+        assert "payloads" not in pruned and pruned["digests"]  # its reference stays, its bytes are gone
+    assert list(mine[(live["id"], "TodoOpened")]["payloads"].values()) == [{"encoding": "json", "content": {"new": 1}}]
+    lines = [json.dumps(r) for r in records]
+    verdict = verify_lines(lambda: lines, lambda line: (json.loads(line), True))
+    assert (verdict.count, verdict.head) == (len(records), sb.container.audit.head()["hash"])
