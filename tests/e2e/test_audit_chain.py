@@ -227,6 +227,17 @@ def _store_byte(url: str, positions: list[tuple[int, str]]) -> tuple[int, str]:
     return at, "altered"
 
 
+def _store_dropped_field(url: str, positions: list[tuple[int, str]]) -> tuple[int, str]:
+    """A field whose value is its default taken out of a stored event: the line is the event as
+    stored (no default is filled in), so this changes it."""
+    at = next(p for p, topic in positions if topic == "TodoOpened")
+    text = "CAST(replace(CAST(state AS TEXT), ',\"not_before\":null', '') AS BLOB)" if url.startswith("sqlite") else \
+        "convert_to(replace(convert_from(state, 'UTF8'), ',\"not_before\":null', ''), 'UTF8')"
+    _tx(url, [(f"UPDATE stored_events SET state = {text} WHERE {_where(url)}", (at,))])
+    assert b"not_before" not in bytes(query(url, f"SELECT state FROM stored_events WHERE {_where(url)}" % at)[0][0])
+    return at, "altered"
+
+
 def _store_delete(url: str, positions: list[tuple[int, str]]) -> tuple[int, str]:
     at = positions[3][0]
     _tx(url, [(f"DELETE FROM stored_events WHERE {_where(url)}", (at,))])
@@ -263,8 +274,8 @@ def _store_swap(url: str, positions: list[tuple[int, str]]) -> tuple[int, str]:
     return i, "out of order"
 
 
-@pytest.mark.parametrize("tamper", [_store_byte, _store_delete, _store_duplicate, _store_swap],
-                         ids=["byte", "delete", "duplicate", "swap"])
+@pytest.mark.parametrize("tamper", [_store_byte, _store_dropped_field, _store_delete, _store_duplicate, _store_swap],
+                         ids=["byte", "dropped-field", "delete", "duplicate", "swap"])
 def test_tampering_with_the_store_fails_verify_naming_the_first_bad_position(tamper, store_url, tmp_path,
                                                                              make_container):
     container = _workload(make_container, store_url)
