@@ -24,6 +24,7 @@ from domain.names import ENDPOINT_PREFIX, OPERATOR_PREFIX, TODO_PREFIX
 from domain.webhook import WEBHOOK_PREFIX
 
 PAGE = 1000
+PAYLOAD_BATCH_BYTES = 16 * 1024 * 1024  # `export --payloads` reads payloads in batches of about this much
 log = logging.getLogger("switchboard.audit")
 
 # The public name of each aggregate type, by the module its events live in, and its id prefix:
@@ -188,32 +189,42 @@ class AuditLog:
             seals = self.chain.seals(after, stop, stop - after)
             if len(seals) < len(events) and self.seal():  # appended since the seal above
                 seals = self.chain.seals(after, stop, stop - after)
-            page: list[dict[str, Any]] = []
+            batch: list[tuple[dict[str, Any], list[str]]] = []  # with --payloads: records waiting for theirs
+            weight = 0
             for _, hash_, event in _merge(iter(events), iter(seals)):
                 if event is None:  # sealed, and gone from the log
                     prev = hash_
                     continue
                 if isinstance(event, Unreadable):
-                    yield from self._with_payloads(page) if payloads else page
+                    yield from self._with_payloads(batch)
                     raise Break(event.position, ALTERED, f"{event.reason}; `audit verify` checks the whole log")
                 record = record_of(event, self.encoder(event.floats))
                 record["prev_hash"], record["hash"] = prev, hash_
                 if hash_ is not None:
                     prev = hash_
-                page.append(record)
-            yield from self._with_payloads(page) if payloads else page
+                if not payloads:
+                    yield record
+                    continue
+                named = [ref for name, ref in record.get("digests", {}).items()
+                         if name not in record["data"] and name not in SECRET_FIELDS]  # by reference, not secret
+                batch.append((record, [ref["sha256"] for ref in named]))
+                weight += sum(ref["size"] for ref in named)
+                if weight >= PAYLOAD_BATCH_BYTES:
+                    yield from self._with_payloads(batch)
+                    batch, weight = [], 0
+            yield from self._with_payloads(batch)
             after = stop
 
-    def _with_payloads(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The records, each carrying the stored bytes its by-reference digests name (one read per page)."""
-        wanted = {n: [ref["sha256"] for name, ref in r.get("digests", {}).items()
-                         if name not in r["data"] and name not in SECRET_FIELDS] for n, r in enumerate(records)}
-        stored = self.chain.payloads(sorted({d for digests in wanted.values() for d in digests}))
-        for n, record in enumerate(records):
-            held = {d: payload_entry(d, stored[d]) for d in wanted[n] if d in stored}
+    def _with_payloads(self, batch: list[tuple[dict[str, Any], list[str]]]) -> list[dict[str, Any]]:
+        """The records, each carrying the stored bytes of the digests it names (one read per batch)."""
+        stored = self.chain.payloads(sorted({d for _, digests in batch for d in digests}))
+        records = []
+        for record, digests in batch:
+            held = {d: payload_entry(d, stored[d]) for d in digests if d in stored}
             if held:
                 record[PAYLOADS] = held
                 record["prev_hash"], record["hash"] = record.pop("prev_hash"), record.pop("hash")  # hashes last
+            records.append(record)
         return records
 
     # -- verifying
