@@ -21,6 +21,7 @@ from eventsourcing.sqlite import SQLiteDatastore
 
 from application.errors import StoreUnavailable
 from application.ports import Clock, Recorded, UnitOfWork
+from domain.doorbell import doorbell_news
 from domain.events import Aggregate, DomainEvent
 from domain.names import TODO_PREFIX, format_id
 from interfaces.store import blobs, schema
@@ -122,7 +123,8 @@ class SqlEventStore:
         pruning, rewritten = blobs.retention_ops(events, self.db.query, sqlite=sqlite)
         ops += pruning
         ops += [op for p in self.inline for e in events for op in p.ops(e, None)]
-        positions = self.recorder.insert_events(stored, inline_ops=ops, inline_tracking=tuple(p.name for p in self.inline))
+        positions = self.recorder.insert_events(stored, inline_ops=ops, inline_tracking=tuple(p.name for p in self.inline),
+                                                notify=doorbell_news(events))
         self.cache.forget(rewritten)  # their payloads were pruned: read them again
         return positions
 
