@@ -15,14 +15,28 @@ from typing import Any, Protocol
 
 from application.background import _loop as run_loop
 from application.ports import Clock
-from application.queries import AGGREGATE_NAMES
 from domain.audit import (
-    ALTERED, DUPLICATED, INSERTED, MISSING, OUT_OF_ORDER, ZERO_HASH, Break, Chain, Encode, canonical_json,
-    canonical_line, chain_hash, check_digests, check_order, export_parts,
+    ALTERED, DUPLICATED, INSERTED, MISSING, OUT_OF_ORDER, PAYLOADS, SECRET_FIELDS, ZERO_HASH, Break, Chain, Encode,
+    canonical_json, canonical_line, chain_hash, check_digests, check_order, export_parts, payload_entry,
 )
+from domain.delivery import DELIVERY_PREFIX
+from domain.names import ENDPOINT_PREFIX, OPERATOR_PREFIX, TODO_PREFIX
+from domain.webhook import WEBHOOK_PREFIX
 
 PAGE = 1000
+PAYLOAD_BATCH_BYTES = 16 * 1024 * 1024  # `export --payloads` reads payloads in batches of about this much
 log = logging.getLogger("switchboard.audit")
+
+# The public name of each aggregate type, by the module its events live in, and its id prefix:
+# the export names aggregates as every other surface does (`td_…`), not by bare hex.
+AGGREGATE_NAMES = {
+    "domain.todo": ("todo", TODO_PREFIX), "domain.endpoint": ("endpoint", ENDPOINT_PREFIX),
+    "domain.webhook": ("webhook", WEBHOOK_PREFIX), "domain.delivery": ("delivery", DELIVERY_PREFIX),
+    "domain.operator": ("operator", OPERATOR_PREFIX),
+    "domain.idempotency": ("idempotency_key", "ik_"), "domain.once": ("once_key", "ok_"),
+    "domain.installation": ("installation", "in_"),
+    "domain.retention": ("retention", "rt_"),
+}
 
 
 @dataclass(frozen=True)
@@ -72,9 +86,15 @@ class ChainStore(Protocol):
     def seal(self, link: Callable[[str, Sequence[LoggedEvent | Unreadable]], list[tuple[int, str, str]]],
              now: Callable[[], Any]) -> int: ...
 
+    def payloads(self, digests: Sequence[str]) -> dict[str, bytes]:
+        """The stored bytes of these SHA-256 digests; pruned (and unknown) ones are left out."""
+        ...
+
 
 def record_of(event: LoggedEvent, encode: Encode = canonical_json) -> dict[str, Any]:
-    """The export line of an event, without its hashes: aggregates by public id, digests beside data."""
+    """The export line of an event, without its hashes: aggregates by public id, its data as the
+    log holds it (references moved to `digests`, secrets withheld). The one definition of a line:
+    `audit export`, `app.audit()` and the chain all read it."""
     data = dict(event.data)
     time, actor, cause = data.pop("timestamp"), data.pop("actor"), data.pop("cause")
     kind, prefix = AGGREGATE_NAMES.get(event.module, (event.module.rpartition(".")[2], ""))
@@ -151,11 +171,13 @@ class AuditLog:
         """How many events were appended after the head (0 when every event is sealed)."""
         return self.chain.count_after(self.chain.head().position)
 
-    def export(self, *, after: int = 0) -> Iterator[dict[str, Any]]:
+    def export(self, *, after: int = 0, payloads: bool = False) -> Iterator[dict[str, Any]]:
         """Every event from a position as its export line, with the hashes it was sealed with.
 
         `prev_hash` is the sealed link before it, so a file made from a store whose event was
         deleted after sealing shows that event missing, as `audit verify` on the store does.
+        With `payloads`, a line whose event names stored bytes by reference carries those still
+        stored under `payloads` (`{sha256: {encoding, content}}`; pruned ones absent).
         """
         self.seal()
         prev = self.chain.hash_at_or_before(after) or ZERO_HASH if after > 0 else ZERO_HASH
@@ -167,18 +189,43 @@ class AuditLog:
             seals = self.chain.seals(after, stop, stop - after)
             if len(seals) < len(events) and self.seal():  # appended since the seal above
                 seals = self.chain.seals(after, stop, stop - after)
+            batch: list[tuple[dict[str, Any], list[str]]] = []  # with --payloads: records waiting for theirs
+            weight = 0
             for _, hash_, event in _merge(iter(events), iter(seals)):
                 if event is None:  # sealed, and gone from the log
                     prev = hash_
                     continue
                 if isinstance(event, Unreadable):
+                    yield from self._with_payloads(batch)
                     raise Break(event.position, ALTERED, f"{event.reason}; `audit verify` checks the whole log")
                 record = record_of(event, self.encoder(event.floats))
                 record["prev_hash"], record["hash"] = prev, hash_
                 if hash_ is not None:
                     prev = hash_
-                yield record
+                if not payloads:
+                    yield record
+                    continue
+                named = [ref for name, ref in record.get("digests", {}).items()
+                         if name not in record["data"] and name not in SECRET_FIELDS]  # by reference, not secret
+                batch.append((record, [ref["sha256"] for ref in named]))
+                weight += sum(ref["size"] for ref in named)
+                if weight >= PAYLOAD_BATCH_BYTES:
+                    yield from self._with_payloads(batch)
+                    batch, weight = [], 0
+            yield from self._with_payloads(batch)
             after = stop
+
+    def _with_payloads(self, batch: list[tuple[dict[str, Any], list[str]]]) -> list[dict[str, Any]]:
+        """The records, each carrying the stored bytes of the digests it names (one read per batch)."""
+        stored = self.chain.payloads(sorted({d for _, digests in batch for d in digests}))
+        records = []
+        for record, digests in batch:
+            held = {d: payload_entry(d, stored[d]) for d in digests if d in stored}
+            if held:
+                record[PAYLOADS] = held
+                record["prev_hash"], record["hash"] = record.pop("prev_hash"), record.pop("hash")  # hashes last
+            records.append(record)
+        return records
 
     # -- verifying
 

@@ -1,11 +1,10 @@
-"""The queries: todos (one, its history, listings, counts, fault traces), the audit export,
-webhooks and their deliveries. Whom each shows what is application/access.py's to say."""
+"""The queries: todos (one, its history, listings, counts, fault traces), webhooks and their
+deliveries (the audit export is application/audit.py's). Whom each shows what is application/access.py's to say."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -17,28 +16,10 @@ from application.presenters import ceiling, shown
 from domain.delivery import DELIVERY_PREFIX, Delivery
 from domain.endpoint import Endpoint, endpoint_uuid_of
 from domain.errors import Forbidden, InvalidArgument
-from domain.names import ENDPOINT_PREFIX, OPERATOR_PREFIX, QUARANTINE, TODO_PREFIX, check_queue_name, parse_id
+from domain.names import QUARANTINE, check_queue_name, parse_id
 from domain.todo import STATES, Todo
-from domain.webhook import WEBHOOK_PREFIX
 
-# The public name of each aggregate type, by the module its events live in, and its id prefix:
-# the export names aggregates as every other surface does (`td_…`), not by bare hex.
-AGGREGATE_NAMES = {
-    "domain.todo": ("todo", TODO_PREFIX), "domain.endpoint": ("endpoint", ENDPOINT_PREFIX),
-    "domain.webhook": ("webhook", WEBHOOK_PREFIX), "domain.delivery": ("delivery", DELIVERY_PREFIX),
-    "domain.operator": ("operator", OPERATOR_PREFIX),
-    "domain.idempotency": ("idempotency_key", "ik_"), "domain.once": ("once_key", "ok_"),
-    "domain.installation": ("installation", "in_"),
-    "domain.retention": ("retention", "rt_"),
-}
 _TODO_CURSOR = re.compile(r"(\d{1,19})\.(td_[0-9a-f]{32})")
-
-
-def public_aggregate(event: Any) -> tuple[str, str]:
-    """(aggregate_type, public id) of an event's aggregate; an unknown type keeps its module's name."""
-    module = type(event).__module__
-    kind, prefix = AGGREGATE_NAMES.get(module, (module.rpartition(".")[2], ""))
-    return kind, f"{prefix}{event.originator_id.hex}" if prefix else event.originator_id.hex
 
 
 def _todo_cursor(cursor: object) -> tuple[int, str]:
@@ -157,23 +138,6 @@ class Queries:
         _for_operators(caller, "fault traces")
         self.views.catch_up()
         return self.views.fault_traces(list(todo_ids), self.access.visible_endpoint_ids(caller))
-
-    def audit(self, *, after: int = 0, page: int = 1000) -> Iterator[dict[str, Any]]:
-        """The whole event log from a position, as JSON-ready records naming aggregates by public id."""
-        while True:
-            recorded = self.store.read_log(after, page)
-            if not recorded:
-                return
-            for r in recorded:
-                data = self.store.event_data(r.event)
-                aggregate_type, aggregate = public_aggregate(r.event)
-                yield {
-                    "position": r.position, "time": data.pop("timestamp"),
-                    "aggregate": aggregate, "aggregate_type": aggregate_type, "version": r.event.originator_version,
-                    "type": type(r.event).__name__, "actor": data.pop("actor"), "cause": data.pop("cause"),
-                    "data": shown(data),
-                }
-            after = recorded[-1].position
 
     # -- webhooks and deliveries ---------------------------------------------------------
 

@@ -35,7 +35,7 @@ class RetentionViews(Protocol):
 
     def payload_store_size(self) -> int: ...
 
-    def give_space_back(self) -> None: ...
+    def give_space_back(self, *, rewritten: bool = False, reclaim: bool = False) -> dict[str, Any]: ...
 
 
 class RetentionService:
@@ -46,8 +46,11 @@ class RetentionService:
         self.views = views
         self.clock = clock
 
-    def prune(self, older_than: str | timedelta, *, caller: Caller, dry_run: bool = False) -> dict[str, Any]:
-        """Removes the payloads only finished work older than `older_than` names (`30d`, `12h`…)."""
+    def prune(self, older_than: str | timedelta, *, caller: Caller, dry_run: bool = False,
+              reclaim: bool = False) -> dict[str, Any]:
+        """Removes the payloads only finished work older than `older_than` names (`30d`, `12h`…), then
+        VACUUMs what it freed (`reclaim`: on PostgreSQL a VACUUM FULL of the payload store, even when
+        nothing new was pruned, which gives the free space back to the system under an exclusive lock)."""
         if caller.kind != "operator":
             raise Forbidden("retention is for operators")
         age = older_than if isinstance(older_than, timedelta) else parse_age(older_than)
@@ -64,7 +67,13 @@ class RetentionService:
             "deliveries": deliveries, "todos": len(holders) - deliveries, "payloads": len(sizes),
             "bytes": sum(sizes.values()), "dry_run": dry_run,
         }
-        if dry_run or not sizes:
+        if dry_run:
+            return answer
+        if not sizes:
+            if reclaim:
+                size_before = self.views.payload_store_size()
+                answer.update(self.views.give_space_back(reclaim=True), store_bytes_before=size_before,
+                              store_bytes_after=self.views.payload_store_size())
             return answer
         digests = tuple(sorted(sizes))
         rewrites = tuple(self.views.inline_events(list(digests)))
@@ -80,9 +89,10 @@ class RetentionService:
 
         self.store.run(handler)
         try:
-            self.views.give_space_back()
+            answer.update(self.views.give_space_back(rewritten=bool(rewrites), reclaim=reclaim))
         except Exception as error:  # a busy database keeps its free pages until the next VACUUM
             log.warning("retention: VACUUM skipped (%s)", error)
+            answer.update(vacuumed=[], space=None)
         answer.update(store_bytes_before=size_before, store_bytes_after=self.views.payload_store_size())
         return answer
 

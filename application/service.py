@@ -8,7 +8,8 @@ It only delegates — to one module per capability — and presents what they re
 - application/endpoints.py   vend, authenticate, revoke, default lease
 - application/todos.py       the todo lifecycle's commands, `open_or_reuse` for idempotency keys
 - application/queues.py      queue controls (admission of every claim), delays, bulk retry
-- application/queries.py     todos, history, explain, listings, counts, audit, webhooks and deliveries
+- application/queries.py     todos, history, explain, listings, counts, webhooks and deliveries
+- application/audit.py       the audit export (one record per event), its hash chain, verification
 - application/explain.py     a todo's story in sentences, from its events (pure)
 - application/presenters.py  how every answer looks (the one place answers are shaped)
 
@@ -22,6 +23,7 @@ from typing import Any
 
 from application import presenters as present
 from application.access import Access, Caller, EndpointScope
+from application.audit import AuditLog
 from application.endpoints import Endpoints
 from application.operators import Operators
 from application.payloads import full_todos
@@ -40,7 +42,9 @@ class Switchboard:
 
     def __init__(
         self, store: EventStore, views: Views, clock: Clock, hasher: PasswordHasher, base_url: str,
+        audit_log: AuditLog,
     ) -> None:
+        self.audit_log = audit_log
         self.store = store
         self.views = views
         self.clock = clock
@@ -240,5 +244,6 @@ class Switchboard:
     def fault_traces(self, todo_ids: Sequence[str], *, caller: Caller) -> dict[str, dict[str, Any]]:
         return self.queries.fault_traces(todo_ids, caller=caller)
 
-    def audit(self, *, after: int = 0, page: int = 1000) -> Iterator[dict[str, Any]]:
-        return self.queries.audit(after=after, page=page)
+    def audit(self, *, after: int = 0, payloads: bool = False) -> Iterator[dict[str, Any]]:
+        """The log from a position as `audit export` writes it (application/audit.py `record_of`)."""
+        return self.audit_log.export(after=after, payloads=payloads)

@@ -18,6 +18,12 @@ def ref(content):
     return {"sha256": hashlib.sha256(content).hexdigest(), "size": len(content)}
 
 
+def content(entry):  # the bytes an entry of `payloads` stands for (docs/audit.md)
+    if entry["encoding"] == "json":
+        return canonical(entry["content"])
+    return entry["content"].encode("utf-8") if entry["encoding"] == "utf-8" else base64.b64decode(entry["content"], validate=True)
+
+
 def check(path):
     lines = [json.loads(text) for text in open(path, encoding="utf-8") if text.strip()]
     positions, expected = [line["position"] for line in lines], sorted({line["position"] for line in lines})
@@ -40,7 +46,14 @@ def check(path):
                 if ref(raw) != digest:
                     return f"position {p}: altered ({field} does not match its digest)"
             data[field] = digest
-        sealed = {k: v for k, v in line.items() if k not in ("hash", "prev_hash", "digests")}
+        sizes = {d["sha256"]: d["size"] for d in digests.values()}
+        for sha, entry in line.get("payloads", {}).items():  # payloads carried must match their digests
+            try:
+                if ref(content(entry)) != {"sha256": sha, "size": sizes.get(sha)}:
+                    return f"position {p}: altered (payload {sha[:12]} does not match its digest)"
+            except (KeyError, TypeError, AttributeError, ValueError):
+                return f"position {p}: altered (payload {sha[:12]} cannot be read)"
+        sealed = {k: v for k, v in line.items() if k not in ("hash", "prev_hash", "digests", "payloads")}
         sealed["data"] = data
         head = hashlib.sha256(head.encode("ascii") + b"\n" + canonical(sealed)).hexdigest()
         if head != line["hash"]:

@@ -18,6 +18,10 @@ One reference shape (`Ref`) for every kind of stored content. A value is digeste
 An event that carries the reference instead of the value (payload stored once, by digest) keeps it
 in `<field>_ref`; `export_parts` then yields the same line as for the inline event, which is what
 keeps old inline events and new by-reference events verifiable by one rule.
+
+An export made with `--payloads` also carries, under `payloads`, the stored bytes each reference
+names (`payload_entry`), keyed by SHA-256; the chain never covers them (they are checked against
+the sealed references instead), so a line seals the same with or without them.
 """
 
 from __future__ import annotations
@@ -45,6 +49,11 @@ DIGESTED: dict[str, dict[str, str]] = {
 # Digested fields the export never shows (it shows REDACTED): secrets, covered by the chain all the same.
 SECRET_FIELDS = frozenset({"password_hash"})
 REF_SUFFIX = "_ref"
+PAYLOADS = "payloads"  # an export line's stored bytes by SHA-256 (`--payloads`), outside the chain
+# How an entry of `payloads` holds its bytes: the text of UTF-8 bytes, base64 of any bytes, or a
+# JSON value whose canonical JSON the bytes are (a pushed payload, a result: digested that way).
+UTF8, BASE64, JSON_VALUE = "utf-8", "base64", "json"
+ENCODINGS = (UTF8, BASE64, JSON_VALUE)
 
 
 class Ref(TypedDict):
@@ -114,11 +123,50 @@ def export_parts(event_type: str, data: dict[str, Any], encode: Encode = canonic
     return data, digests
 
 
+def payload_entry(sha256: str, stored: bytes) -> dict[str, Any]:
+    """How an export carries the bytes stored under a reference: `{"encoding", "content"}`.
+
+    A JSON value digested over its canonical JSON (a pushed payload, a result: stored with its
+    keys in the order given) is given as that value (`json`); bytes digested as they are (a body)
+    as UTF-8 text, or base64 when they are not UTF-8. Bytes that match their digest neither way
+    (a damaged store) are given as base64, as they are, for the verifier to refuse.
+    """
+    try:
+        value = json.loads(stored)
+        if hashlib.sha256(canonical_json(value)).hexdigest() == sha256:
+            return {"encoding": JSON_VALUE, "content": value}
+    except ValueError:  # not JSON (or not UTF-8, or NaN): bytes as they are
+        pass
+    if hashlib.sha256(stored).hexdigest() == sha256:
+        try:
+            return {"encoding": UTF8, "content": stored.decode("utf-8")}
+        except UnicodeDecodeError:
+            pass
+    return {"encoding": BASE64, "content": base64.b64encode(stored).decode("ascii")}
+
+
+def entry_bytes(entry: Any, encode: Encode = canonical_json) -> bytes:
+    """The bytes an entry of `payloads` stands for (ValueError/TypeError when it is not one)."""
+    if not isinstance(entry, dict) or entry.keys() != {"encoding", "content"}:
+        raise ValueError("not an {encoding, content} object")
+    encoding, content = entry["encoding"], entry["content"]
+    if encoding == JSON_VALUE:
+        return encode(content)
+    if not isinstance(content, str):
+        raise TypeError(f"{encoding} content must be a string")
+    if encoding == UTF8:
+        return content.encode("utf-8")
+    if encoding == BASE64:
+        return base64.b64decode(content, validate=True)
+    raise ValueError(f"encoding must be one of {', '.join(ENCODINGS)}")
+
+
 def canonical_line(record: Mapping[str, Any], encode: Encode = canonical_json) -> bytes:
-    """The sealed bytes of an export line: without hash/prev_hash/digests, digests in place."""
+    """The sealed bytes of an export line: without hash/prev_hash/digests/payloads, digests in place."""
     line = dict(record)
     line.pop("hash", None)
     line.pop("prev_hash", None)
+    line.pop(PAYLOADS, None)
     digests = line.pop("digests", None)
     if digests:
         line["data"] = {**line.get("data", {}), **digests}
@@ -145,6 +193,27 @@ def check_digests(record: Mapping[str, Any], encode: Encode = canonical_json) ->
             return f"data.{name} cannot be read as its digest says"
         if actual != ref:
             return f"data.{name} does not match its digest (sha256 {actual['sha256'][:12]}…, {actual['size']} bytes)"
+    return check_payloads(record, encode)
+
+
+def check_payloads(record: Mapping[str, Any], encode: Encode = canonical_json) -> str | None:
+    """Why an entry of an export line's `payloads` does not match the reference it is keyed by, or None."""
+    payloads = record.get(PAYLOADS)
+    if payloads is None:
+        return None
+    if not isinstance(payloads, dict):
+        return "payloads is not an object"
+    sizes = {ref["sha256"]: ref["size"] for ref in (record.get("digests") or {}).values() if is_ref(ref)}
+    for sha256, entry in payloads.items():
+        if sha256 not in sizes:
+            return f"payloads.{sha256[:12]}… is named by none of its digests"
+        try:
+            actual = ref_of(entry_bytes(entry, encode))
+        except (ValueError, TypeError) as error:
+            return f"payloads.{sha256[:12]}… cannot be read: {error}"
+        if actual != {"sha256": sha256, "size": sizes[sha256]}:
+            return (f"payloads.{sha256[:12]}… does not match its digest (sha256 {actual['sha256'][:12]}…, "
+                    f"{actual['size']} bytes)")
     return None
 
 

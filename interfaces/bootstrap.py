@@ -55,11 +55,11 @@ def build(settings: Settings, *, clock: Clock | None = None) -> Container:
                           pool_size=settings.pg_pool_size).open()
     projector = Projector(store)
     views = SqlViews(store.db, projector)
-    app = Switchboard(store, views, clock, Argon2Hasher(), settings.base_url)
+    audit = AuditLog(SqlChain(store), clock, fast=sorted_json)
+    app = Switchboard(store, views, clock, Argon2Hasher(), settings.base_url, audit)
     app.on_refused = store.queue_reads.count_refusal
     engine = JqRuleEngine()  # worker processes start on first use
     webhooks = Webhooks(app, engine, DeferredSecretBox(settings.resolved_secret_key))
-    audit = AuditLog(SqlChain(store), clock, fast=sorted_json)
     retention = RetentionService(store, views, clock)
     return Container(settings, clock, store, projector, views, app, engine, webhooks, audit, retention)
 

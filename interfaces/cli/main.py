@@ -298,13 +298,23 @@ def cmd_retention_prune(args, out: Output) -> int:
                 f" {r['deliveries']} deliveries finished before {r['cutoff']}")
         if "store_bytes_before" in r:
             line += f"; payload store {r['store_bytes_before']:,} -> {r['store_bytes_after']:,} bytes on disk"
+            if r.get("vacuumed"):
+                line += f" after VACUUM of {', '.join(r['vacuumed'])}"
+            if r.get("space") == "store":
+                line += ("\nthe freed space is reused by new payloads; the files keep their size"
+                         " (--reclaim gives it back to the system, locking the payload store while it runs)")
+            elif r.get("space") is None:
+                line += "\nVACUUM did not run (see the log): the next prune or autovacuum frees the space"
         return line
 
     try:
         age = parse_age(args.older_than)
     except InvalidArgument as error:
         raise Usage(f"bad --older-than {args.older_than!r}: {error}") from None
-    return _act(args, out, lambda c: c.retention.prune(age, caller=CLI, dry_run=args.dry_run), text)
+    if args.reclaim and args.dry_run:
+        raise Usage("--reclaim rewrites the payload store; --dry-run removes nothing: give one of them")
+    return _act(args, out, lambda c: c.retention.prune(age, caller=CLI, dry_run=args.dry_run, reclaim=args.reclaim),
+                text)
 
 
 def cmd_todo_retry(args, out: Output) -> int:
@@ -416,7 +426,7 @@ def cmd_projections_rebuild(args, out: Output) -> int:
 def cmd_audit_export(args, out: Output) -> int:
     with _closing(_container(args)) as c:
         try:
-            for record in c.audit.export(after=args.after):
+            for record in c.audit.export(after=args.after, payloads=args.payloads):
                 sys.stdout.write(json.dumps(record, separators=(",", ":")) + "\n")
         except Break as broken:  # an event that cannot be read: the lines before it are out
             print(f"error: chain_broken: {broken}", file=sys.stderr)
@@ -809,10 +819,15 @@ def build_parser() -> argparse.ArgumentParser:
                 "remove the stored bodies, payloads and results of work finished longer ago than --older-than")
     p.add_argument("--older-than", required=True, metavar="AGE", help="<n>s|m|h|d, e.g. 30d")
     p.add_argument("--dry-run", action="store_true", help="count what would go, remove nothing")
+    p.add_argument("--reclaim", action="store_true",
+                   help="PostgreSQL: VACUUM FULL the payload store afterwards, giving the freed space back to the"
+                        " system; it locks the payload store (ingest, pushes, payload reads wait) while it runs")
 
     audit = groups.add_parser("audit", help="the event log").add_subparsers(dest="action", required=True, parser_class=_Parser)
     p = command(audit, "export", cmd_audit_export, "the event log as JSON lines, each with its prev_hash and hash")
     p.add_argument("--after", type=int, default=0, metavar="POSITION")
+    p.add_argument("--payloads", action="store_true",
+                   help="each line also carries the stored payloads its digests name (pruned ones absent)")
     p = command(audit, "verify", cmd_audit_verify,
                 "re-compute the hash chain over the store, or over an export file (exit 1 names the first bad position)")
     p.add_argument("--file", metavar="EXPORT", help="an `audit export` file (`-`: stdin); the store is not opened")

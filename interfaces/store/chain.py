@@ -7,9 +7,10 @@ log order. Tailing the log by position is safe here for the reason it is in proj
 PostgreSQL recorder appends under a table lock, so positions become visible in commit order
 (docs/adr/0001, docs/adr/0022).
 
-The log is read raw — each event's stored JSON decoded to builtins, the class's defaults filled
-in for fields an older event lacks — not through the typed codec: the same builtins the export
-shows (`EventCodec.event_data`), at a fraction of the cost (`audit verify` reads the whole log).
+The log is read raw — each event's stored JSON decoded to builtins, exactly as stored — not
+through the typed codec, at a fraction of the cost (`audit verify` reads the whole log). Nothing
+is filled in: an event recorded before a field existed has no such field in its line, so adding
+a field to an event class never changes a sealed line (docs/adr/0028).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from uuid import UUID
 import msgspec
 
 from application.audit import LoggedEvent, Sealed, Unreadable
-from interfaces.store.codec import EVENT_TYPES, stored_fields
+from domain.payloads import is_carried
+from interfaces.store.codec import _ENVELOPE, EVENT_TYPES
 from projections.base import micros
 
 if TYPE_CHECKING:
@@ -69,20 +71,10 @@ class FloatSpotter:
         return value, self.seen
 
 
-def _defaults(cls: type) -> tuple[tuple[str, ...], dict[str, Any]]:
-    """The fields an event of this class stores (never the bytes it carries to the store:
-    domain/payloads.py `carried`), and the defaults of those that have one."""
-    names, defaults = [], {}
-    stored = stored_fields(cls)
-    for f in dataclasses.fields(cls):
-        if f.name not in stored:
-            continue
-        names.append(f.name)
-        if f.default is not dataclasses.MISSING:
-            defaults[f.name] = msgspec.to_builtins(f.default)
-        elif f.default_factory is not dataclasses.MISSING:
-            defaults[f.name] = msgspec.to_builtins(f.default_factory())
-    return tuple(names), defaults
+def _required(cls: type) -> frozenset[str]:
+    """The stored fields every event of the class holds (those without a default)."""
+    return frozenset(f.name for f in dataclasses.fields(cls) if f.name not in _ENVELOPE and not is_carried(f)
+                     and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
 
 
 class SqlChain:
@@ -94,9 +86,7 @@ class SqlChain:
         self._sqlite = store.url.dialect == "sqlite"
         self._position = "rowid" if self._sqlite else "notification_id"
         self._decoder = FloatSpotter(dict)
-        self._types = {topic: (cls.__module__, *_defaults(cls)) for topic, cls in EVENT_TYPES.items()}
-        self._names = {topic: (frozenset(names), frozenset(names) - defaults.keys())
-                       for topic, (_, names, defaults) in self._types.items()}
+        self._types = {topic: (cls.__module__, _required(cls)) for topic, cls in EVENT_TYPES.items()}
 
     # -- the raw log
 
@@ -104,20 +94,15 @@ class SqlChain:
         known = self._types.get(topic)
         if known is None:
             return Unreadable(position, f"unknown event type {topic!r}")
-        module, names, defaults = known
-        every, required = self._names[topic]
+        module, required = known
         try:
             raw, floats = self._decoder.decode(state)
             aggregate = originator.hex if isinstance(originator, UUID) else (
                 originator if len(originator) == 32 else UUID(hex=originator).hex)  # SQLite holds the hex
         except (msgspec.DecodeError, ValueError, TypeError, AttributeError) as error:
             return Unreadable(position, f"its stored data is not readable: {error}")
-        keys = raw.keys()
-        if keys != every:  # an older event (fields added since) or a stranger one
-            if not keys >= required:
-                return Unreadable(position, f"its stored data is not a {topic}")
-            raw = {name: raw[name] if name in raw else defaults[name] for name in names}
-            floats = True  # a default may be a float
+        if not raw.keys() >= required:
+            return Unreadable(position, f"its stored data is not a {topic}")
         return LoggedEvent(position, aggregate, version, topic, module, raw, floats)
 
     def read(self, after: int, limit: int, stop: int | None = None) -> list[LoggedEvent | Unreadable]:
@@ -131,6 +116,10 @@ class SqlChain:
                 (after, *(() if stop is None else (stop,)), limit), binary=True,
             )
         return [self._logged(*row) for row in rows]
+
+    def payloads(self, digests: Sequence[str]) -> dict[str, bytes]:
+        """The stored bytes of these digests (the payload store's); pruned ones are left out."""
+        return {d: row.data for d, row in self.store.read_payloads(digests).items() if row.data is not None}
 
     # -- the chain
 

@@ -283,10 +283,28 @@ class SqlViews:
             return int(self.db.query("PRAGMA page_count")[0][0]) * int(page_size)
         return int(self.db.query(f"SELECT pg_total_relation_size('{PAYLOADS}')")[0][0])
 
-    def give_space_back(self) -> None:
-        """VACUUM after a prune: SQLite rewrites the file without the freed pages; PostgreSQL frees
-        the rows' space for reuse (and returns the table's empty tail to the system)."""
-        self.db.query("VACUUM" if self.db.dialect == "sqlite" else f"VACUUM {PAYLOADS}")
+    def give_space_back(self, *, rewritten: bool = False, reclaim: bool = False) -> dict[str, Any]:
+        """VACUUM after a prune: `{vacuumed: [table…], space: "system"|"store"}` (whom the freed space
+        went to). SQLite rewrites the whole file without the
+        freed pages. PostgreSQL vacuums the tables the prune freed rows in — the payload store (its
+        TOAST table with it), and the events and inline-payload rows a prune `rewritten` by
+        reference — so new rows reuse that space; only a table's empty tail goes back to the
+        system. `reclaim`: then `VACUUM FULL` of the payload store, which rewrites it into new files
+        and gives all its free space back to the system, holding an ACCESS EXCLUSIVE lock on it
+        meanwhile (every append that stores bytes and every payload read waits)."""
+        if self.db.dialect == "sqlite":
+            self.db.query("VACUUM")
+            return {"vacuumed": ["database"], "space": "system"}
+        done = []
+        for table in (PAYLOADS, *(("stored_events", "sb_inline_payloads") if rewritten else ())):
+            self.db.query(f"VACUUM {table}")
+            done.append(table)
+        if reclaim:
+            # after the plain VACUUM: a VACUUM FULL keeps every row a transaction running anywhere in
+            # the cluster (another database too) might still see, the plain one only this database's
+            self.db.query(f"VACUUM FULL {PAYLOADS}")
+            done.append(f"{PAYLOADS} (FULL)")
+        return {"vacuumed": done, "space": "system" if reclaim else "store"}
 
     def list_deliveries(self, *, webhook_id: str | None, endpoint_ids: Sequence[str] | None, limit: int,
                         before: int | None) -> tuple[list[dict[str, Any]], int | None]:

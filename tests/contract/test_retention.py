@@ -5,29 +5,32 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 from datetime import timedelta
 from uuid import uuid4
 
 import pytest
 
+from application.audit import verify_lines
 from domain.errors import InvalidArgument
 from domain.retention import parse_age
 from domain.todo import Todo
-from tests.contract.harness import CLI, agent, unique
+from tests.contract.harness import CLI, Harness, agent, container_on, unique
 from tests.contract.test_payloads_once import BODY, fan_out, github
 
 BATCH = 500
 HOLDER = "endpoint:bulk"
 
 
-def open_many(sb, endpoint_id: str, count: int, tag: str, *, finish: bool) -> list[str]:
-    """`count` todos with distinct payloads, in commands of BATCH todos (each one commit); finished
-    ones are claimed and completed with a result (or failed for good, every fourth)."""
+def open_many(sb, endpoint_id: str, count: int, tag: str, *, finish: bool, noise: int = 0) -> list[str]:
+    """`count` todos with distinct payloads (`noise` more bytes of random hex in each, which does not
+    compress), in commands of BATCH todos (each one commit); finished ones are claimed and completed
+    with a result (or failed for good, every fourth)."""
     ids: list[str] = []
     for start in range(0, count, BATCH):
         def handler(uow, start=start):
             for n in range(start, min(start + BATCH, count)):
-                payload = {"tag": tag, "n": n, "text": f"{tag}-{n}-" + "x" * 300}
+                payload = {"tag": tag, "n": n, "text": f"{tag}-{n}-" + "x" * 300 + secrets.token_hex(noise // 2)}
                 todo = Todo.open(id=uuid4(), now=uow.now, actor="operator:cli", endpoint_id=endpoint_id,
                                  queue="work", source="operator", title=f"{tag} {n}", trust_mode="operator",
                                  payload=payload, payload_size=len(json.dumps(payload)))
@@ -112,6 +115,59 @@ def test_only_the_payloads_of_finished_work_older_than_the_cutoff_go(sb):
         assert free_bytes(sb) > free_before + 0.8 * done["bytes"], done
 
 
+def _payload_store(sb) -> dict[str, int]:
+    """The payload store's files on PostgreSQL: its table, its TOAST table, its indexes, in bytes."""
+    heap, toast, indexes = sb.container.store.db.query(
+        "SELECT pg_relation_size(oid), pg_relation_size(reltoastrelid), pg_indexes_size(oid) FROM pg_class"
+        " WHERE relname = 'sb_blobs'")[0]
+    return {"heap": int(heap), "toast": int(toast), "indexes": int(indexes), "total": int(heap + toast + indexes)}
+
+
+@pytest.mark.postgres
+def test_on_postgresql_a_prune_gives_the_space_back_to_the_store_for_the_same_volume_again(
+        pg_url, make_container, clock):
+    """After prune + VACUUM the files keep their size, and the same volume ingested again fits in
+    the space the prune freed: the payload store does not grow by it (CONTRACT §14)."""
+    sb = Harness(container_on(make_container, pg_url, clock), clock, pg_url, make_container)
+    sb.app.ensure_admin()
+    endpoint = sb.app.vend(unique("bulk"), queues=["work"], caller=CLI)
+    empty = _payload_store(sb)
+    open_many(sb, endpoint["endpoint_id"], 2000, "old", finish=True, noise=4000)  # ~4.3 KB each, with results
+    sb.clock.advance(days=31)
+    open_many(sb, endpoint["endpoint_id"], 200, "live", finish=False, noise=4000)  # newer: kept, at the files' end
+    before = _payload_store(sb)
+    first_growth = before["total"] - empty["total"]
+
+    done = sb.container.retention.prune("30d", caller=CLI)
+    pruned = _payload_store(sb)
+    open_many(sb, endpoint["endpoint_id"], 2000, "again", finish=True, noise=4000)  # the same volume again
+    again = _payload_store(sb)
+
+    growth = again["total"] - pruned["total"]
+    print(f"payload store: empty {empty}, after 2000+200 todos {before}, pruned {done['payloads']} payloads"
+          f" ({done['bytes']:,} bytes) + VACUUM {pruned}, the same 2000 again {again}: growth {growth:,} bytes"
+          f" against {first_growth:,} the first time")
+    assert (done["payloads"], done["vacuumed"], done["space"]) == (4000, ["sb_blobs"], "store")
+    assert pruned["toast"] >= before["toast"] * 0.9  # PostgreSQL's files keep their size: the live rows sit at the end
+    assert growth < 0.1 * first_growth, (growth, first_growth)  # the freed space took the same volume again
+    assert again["toast"] <= pruned["toast"] * 1.05  # the payloads' bytes went into the freed pages
+
+
+def test_reclaim_gives_the_freed_space_back_to_the_system(sb):
+    endpoint = sb.app.vend(unique("bulk"), queues=["work"], caller=CLI)
+    open_many(sb, endpoint["endpoint_id"], 1000, "old", finish=True, noise=4000)
+    sb.clock.advance(days=31)
+    open_many(sb, endpoint["endpoint_id"], 100, "live", finish=False, noise=4000)  # kept, at the files' end
+
+    done = sb.container.retention.prune("30d", caller=CLI, reclaim=True)
+
+    full = ["database"] if sb.url.startswith("sqlite") else ["sb_blobs", "sb_blobs (FULL)"]
+    assert (done["payloads"], done["vacuumed"], done["space"]) == (2000, full, "system")
+    assert done["store_bytes_after"] < done["store_bytes_before"] - 0.8 * done["bytes"], done
+    again = sb.container.retention.prune("30d", caller=CLI, reclaim=True)  # nothing new to prune: it still runs
+    assert (again["payloads"], again["vacuumed"], again["space"]) == (0, full, "system")
+
+
 def _stattuple(sb, column: str) -> int:
     db = sb.container.store.db
     db.query("CREATE EXTENSION IF NOT EXISTS pgstattuple")
@@ -154,3 +210,23 @@ def test_a_dead_letter_retried_after_its_prune_says_so(sb):
 
     assert claimed["id"] == todo["id"] and claimed["payload"] is None
     assert claimed["payload_pruned"]["text"].startswith("payload pruned at ")
+
+
+def test_an_export_with_payloads_leaves_the_pruned_ones_out_and_still_verifies(sb):
+    endpoint = sb.app.vend(unique("kept"), queues=["work"], caller=CLI)
+    me = agent(endpoint)
+    done = sb.app.push(endpoint["slug"], "finished", caller=CLI, payload={"old": "x" * 100})["todo"]
+    sb.app.claim(done["id"], caller=me)
+    sb.app.complete(done["id"], caller=me, result={"done": True})
+    sb.clock.advance(days=2)
+    live = sb.app.push(endpoint["slug"], "live", caller=CLI, payload={"new": 1})["todo"]
+    assert sb.container.retention.prune("1d", caller=CLI)["payloads"] == 2
+
+    records = list(sb.app.audit(payloads=True))
+    mine = {(r["aggregate"], r["type"]): r for r in records}
+    for pruned in (mine[(done["id"], "TodoOpened")], mine[(done["id"], "TodoCompleted")]):
+        assert "payloads" not in pruned and pruned["digests"]  # its reference stays, its bytes are gone
+    assert list(mine[(live["id"], "TodoOpened")]["payloads"].values()) == [{"encoding": "json", "content": {"new": 1}}]
+    lines = [json.dumps(r) for r in records]
+    verdict = verify_lines(lambda: lines, lambda line: (json.loads(line), True))
+    assert (verdict.count, verdict.head) == (len(records), sb.container.audit.head()["hash"])

@@ -5,6 +5,7 @@ Tampering is done as an intruder would: SQL on the store's own tables, or an edi
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -126,6 +127,74 @@ def test_an_edited_export_fails_naming_the_first_bad_position(edit, store_url, t
     assert script.returncode == 1 and script.stdout.startswith(f"chain broken at position {position}: {kind}"), script
 
 
+# -- an export with its payloads ---------------------------------------------------------------
+
+
+def _with_payloads(store_url, tmp_path, make_container) -> tuple[Cli, list[str], list[str]]:
+    """The workload's export with and without `--payloads` (its lines, each way)."""
+    _workload(make_container, store_url)
+    cli = Cli(store_url, tmp_path)
+    plain = cli.run("audit", "export").ok().stdout.splitlines()
+    carried = cli.run("audit", "export", "--payloads").ok().stdout.splitlines()
+    return cli, plain, carried
+
+
+def test_an_export_with_its_payloads_carries_each_stored_payload_and_seals_the_same(store_url, tmp_path,
+                                                                                     make_container):
+    cli, plain, carried = _with_payloads(store_url, tmp_path, make_container)
+    records = [json.loads(line) for line in carried]
+    # every digest of content stored by reference is carried, keyed by its SHA-256; a secret never is
+    for record in records:
+        by_reference = {ref["sha256"] for name, ref in record.get("digests", {}).items() if name != "password_hash"}
+        assert set(record.get("payloads", {})) == by_reference, record
+    entries = [(r["type"], e["encoding"], e["content"]) for r in records for e in r.get("payloads", {}).values()]
+    body, raw = '{"hello": "world",  "x": [1]}', base64.b64encode(b"\xff\xfe\x00 not utf-8").decode()
+    assert sorted(entries, key=repr) == sorted([  # values as pushed; bodies as the exact bytes received
+        ("TodoOpened", "json", {"n": 1, "text": "ünïcode", "f": 1.5e16}),
+        ("TodoOpened", "json", [1, 2, {"b": None, "a": True}]),
+        ("TodoCompleted", "json", {"ok": 1}), ("TodoFailed", "json", "broke"),
+        ("DeliveryAccepted", "utf-8", body), ("TodoOpened", "utf-8", body),
+        ("DeliveryAccepted", "base64", raw), ("TodoOpened", "base64", raw),
+    ], key=repr)
+    # the chain does not cover them: the same lines, the same hashes, with or without
+    assert [{k: v for k, v in r.items() if k != "payloads"} for r in records] == [json.loads(line) for line in plain]
+    path = tmp_path / "with-payloads.jsonl"
+    path.write_text("\n".join(carried) + "\n")
+    expected = f"chain intact: {len(records)} events, head {records[-1]['hash']}"
+    assert cli.run("audit", "verify", "--file", str(path)).ok().stdout.strip() == expected
+    script = _script(path)
+    assert (script.returncode, script.stdout.strip()) == (0, expected), script.stderr
+
+
+def _edit_entry(lines: list[str], encoding: str, change) -> tuple[list[str], int]:
+    i = next(i for i, line in enumerate(lines) if f'"encoding":"{encoding}"' in line.replace(" ", ""))
+    record = json.loads(lines[i])
+    entry = next(e for e in record["payloads"].values() if e["encoding"] == encoding)
+    entry["content"] = change(entry["content"])
+    return lines[:i] + [json.dumps(record, ensure_ascii=False)] + lines[i + 1:], record["position"]
+
+
+@pytest.mark.parametrize("encoding, change", [
+    ("json", lambda value: {**value, "n": 2} if isinstance(value, dict) else value + [3]),
+    ("utf-8", lambda text: text.replace("world", "World")),
+    ("base64", lambda text: base64.b64encode(base64.b64decode(text) + b"!").decode()),
+], ids=["json-value", "utf8-body", "base64-body"])
+def test_an_edited_payload_in_an_export_fails_naming_its_position(encoding, change, store_url, tmp_path,
+                                                                  make_container):
+    cli, _, carried = _with_payloads(store_url, tmp_path, make_container)
+    edited, position = _edit_entry(carried, encoding, change)
+    path = tmp_path / "edited.jsonl"
+    path.write_text("\n".join(edited) + "\n")
+
+    verdict = cli.run("audit", "verify", "--file", str(path))
+    assert verdict.code == 1 and "Traceback" not in verdict.stderr, str(verdict)
+    assert verdict.stdout.startswith(f"chain broken at position {position}: altered (payloads."), str(verdict)
+    assert "does not match its digest" in verdict.stdout, str(verdict)
+    script = _script(path)
+    assert script.returncode == 1 and script.stdout.startswith(f"chain broken at position {position}: altered"), \
+        script
+
+
 # -- the store --------------------------------------------------------------------------------
 
 
@@ -155,6 +224,17 @@ def _store_byte(url: str, positions: list[tuple[int, str]]) -> tuple[int, str]:
     text = "CAST(replace(CAST(state AS TEXT), 'audited', 'audiTed') AS BLOB)" if url.startswith("sqlite") else \
         "convert_to(replace(convert_from(state, 'UTF8'), 'audited', 'audiTed'), 'UTF8')"
     _tx(url, [(f"UPDATE stored_events SET state = {text} WHERE {_where(url)}", (at,))])
+    return at, "altered"
+
+
+def _store_dropped_field(url: str, positions: list[tuple[int, str]]) -> tuple[int, str]:
+    """A field whose value is its default taken out of a stored event: the line is the event as
+    stored (no default is filled in), so this changes it."""
+    at = next(p for p, topic in positions if topic == "TodoOpened")
+    text = "CAST(replace(CAST(state AS TEXT), ',\"not_before\":null', '') AS BLOB)" if url.startswith("sqlite") else \
+        "convert_to(replace(convert_from(state, 'UTF8'), ',\"not_before\":null', ''), 'UTF8')"
+    _tx(url, [(f"UPDATE stored_events SET state = {text} WHERE {_where(url)}", (at,))])
+    assert b"not_before" not in bytes(query(url, f"SELECT state FROM stored_events WHERE {_where(url)}" % at)[0][0])
     return at, "altered"
 
 
@@ -194,8 +274,8 @@ def _store_swap(url: str, positions: list[tuple[int, str]]) -> tuple[int, str]:
     return i, "out of order"
 
 
-@pytest.mark.parametrize("tamper", [_store_byte, _store_delete, _store_duplicate, _store_swap],
-                         ids=["byte", "delete", "duplicate", "swap"])
+@pytest.mark.parametrize("tamper", [_store_byte, _store_dropped_field, _store_delete, _store_duplicate, _store_swap],
+                         ids=["byte", "dropped-field", "delete", "duplicate", "swap"])
 def test_tampering_with_the_store_fails_verify_naming_the_first_bad_position(tamper, store_url, tmp_path,
                                                                              make_container):
     container = _workload(make_container, store_url)

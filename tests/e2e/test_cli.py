@@ -467,8 +467,13 @@ def test_retention_prune_counts_removes_and_todo_show_says_so(store_url, tmp_pat
     assert cli.run("retention", "prune", "--older-than", "1w").code == 2  # a usage error, named
     dry = cli.json("retention", "prune", "--older-than", "1d", "--dry-run")
     assert (dry["todos"], dry["payloads"], dry["dry_run"]) == (1, 2, True)
+    assert cli.run("retention", "prune", "--older-than", "1d", "--dry-run", "--reclaim").code == 2
     text = cli.run("retention", "prune", "--older-than", "1d").ok().stdout
     assert text.startswith("removed 2 stored payloads") and "payload store" in text
+    if store_url.startswith("sqlite"):
+        assert "after VACUUM of database" in text and "--reclaim" not in text, text
+    else:  # the operator is told the files keep their size, and how to give the space back
+        assert "after VACUUM of sb_blobs\nthe freed space is reused by new payloads" in text and "--reclaim" in text, text
 
     shown = pairs(cli.run("todo", "show", done).ok().stdout)
     assert re.fullmatch(r"payload pruned at \S+Z \(sha256 [0-9a-f]{64}, \d+ bytes\)", shown["payload"]), shown
@@ -476,3 +481,6 @@ def test_retention_prune_counts_removes_and_todo_show_says_so(store_url, tmp_pat
     assert cli.json("todo", "show", live)["payload"] == {"keep": True}
     assert cli.json("projections", "rebuild", "--verify")["verified"] is True
     assert cli.json("retention", "prune", "--older-than", "1d")["payloads"] == 0
+    reclaimed = cli.json("retention", "prune", "--older-than", "1d", "--reclaim")
+    assert (reclaimed["payloads"], reclaimed["space"]) == (0, "system") and reclaimed["vacuumed"][-1] in (
+        "database", "sb_blobs (FULL)")

@@ -9,7 +9,8 @@ import json
 import pytest
 
 from domain.audit import (
-    REDACTED, ZERO_HASH, Break, Chain, canonical_json, canonical_line, chain_hash, check_order, export_parts, ref_of,
+    PAYLOADS, REDACTED, ZERO_HASH, Break, Chain, canonical_json, canonical_line, chain_hash, check_order, entry_bytes,
+    export_parts, payload_entry, ref_of,
 )
 
 
@@ -121,3 +122,46 @@ def test_a_line_whose_parts_are_not_objects_is_altered_not_a_crash(field, value)
     with pytest.raises(Break) as broken:
         _verify(records)
     assert (broken.value.position, broken.value.kind) == (2, "altered")
+
+
+# -- payloads carried by an export (`audit export --payloads`) --------------------------------
+
+
+def test_a_payload_entry_gives_a_json_value_as_itself_and_a_body_as_its_exact_bytes():
+    value = {"b": 1, "a": [1.5, "ü"]}  # stored with its keys as given, digested over its canonical JSON
+    stored = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    assert payload_entry(ref_of(canonical_json(value))["sha256"], stored) == {"encoding": "json", "content": value}
+    body = b'{"hello":  "world"}'  # a body: digested over the bytes received, spaces and all
+    assert payload_entry(ref_of(body)["sha256"], body) == {"encoding": "utf-8", "content": body.decode()}
+    raw = b"\xff\xfe not utf-8"
+    assert payload_entry(ref_of(raw)["sha256"], raw) == {"encoding": "base64", "content": base64.b64encode(raw).decode()}
+    for entry, content in ((payload_entry(ref_of(canonical_json(value))["sha256"], stored), canonical_json(value)),
+                           (payload_entry(ref_of(body)["sha256"], body), body),
+                           (payload_entry(ref_of(raw)["sha256"], raw), raw)):
+        assert entry_bytes(entry) == content
+
+
+def _carrying(payload) -> dict:
+    record = _chain([_record({"title": "t", "payload": None, "payload_ref": ref_of(canonical_json(payload)),
+                              "payload_size": 9})])[0]
+    sha = record["digests"]["payload"]["sha256"]
+    return {**record, PAYLOADS: {sha: payload_entry(sha, json.dumps(payload).encode())}}
+
+
+def test_payloads_are_outside_the_chain_and_checked_against_their_digests():
+    record = _carrying({"n": 1})
+    assert canonical_line(record) == canonical_line({k: v for k, v in record.items() if k != PAYLOADS})
+    assert Chain().add(record) == record["hash"]
+    sha = record["digests"]["payload"]["sha256"]
+    for bad, why in (({sha: {"encoding": "json", "content": {"n": 2}}}, "does not match its digest"),
+                     ({sha: {"encoding": "utf-8", "content": '{"n":1}'}}, None),  # the same bytes, as text: fine
+                     ({"f" * 64: {"encoding": "json", "content": {"n": 1}}}, "is named by none of its digests"),
+                     ({sha: {"encoding": "rot13", "content": "x"}}, "cannot be read"),
+                     ({sha: {"encoding": "base64", "content": "!!"}}, "cannot be read")):
+        edited = {**record, PAYLOADS: bad}
+        if why is None:
+            assert Chain().add(edited) == record["hash"]
+            continue
+        with pytest.raises(Break) as broken:
+            Chain().add(edited)
+        assert (broken.value.position, broken.value.kind) == (1, "altered") and why in broken.value.detail
