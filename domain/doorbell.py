@@ -11,8 +11,13 @@ so a session that connects late is not flooded with old rings (docs/adr/0011-doo
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
+
+from domain.endpoint import QueueControlsSet
+from domain.events import DomainEvent
+from domain.todo import BECOMES_CLAIMABLE, ENDS_A_CLAIM
 
 FIRST_RERING = timedelta(minutes=5)
 RERING_GAPS = (timedelta(minutes=20), timedelta(hours=1), timedelta(hours=6))
@@ -59,3 +64,21 @@ def ring_message(todo_id: str, queue: str, title: str, kind: str | None, source:
         meta["source"] = channel_safe(source)
     content = f'switchboard: todo {todo_id} ready on queue "{queue}" — {channel_safe(title)}'
     return {"content": content, "meta": meta}
+
+
+RING = "ring"
+"""A commit after which a ring may be due at once: a todo became claimable or a queue's controls changed."""
+FREED = "freed"
+"""A commit that ended a claim: a queue held at its max_in_flight may admit again."""
+
+
+def doorbell_news(events: Sequence[DomainEvent]) -> str | None:
+    """What a commit of these events tells the doorbell (RING, FREED), or None when no scan can
+    find anything new because of it (a claim, a heartbeat, a delivery that opened no todo…)."""
+    news = None
+    for event in events:
+        if isinstance(event, (*BECOMES_CLAIMABLE, QueueControlsSet)):
+            return RING
+        if isinstance(event, ENDS_A_CLAIM):
+            news = FREED
+    return news

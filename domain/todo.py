@@ -228,6 +228,8 @@ BECOMES_CLAIMABLE = (TodoOpened, TodoReleased, LeaseExpired, TodoRequeued, TodoM
 # After one of these a todo may be claimable now or once a retry falls due: a cached list of
 # claim candidates is stale.
 MAY_BECOME_CLAIMABLE = (*BECOMES_CLAIMABLE, TodoFailed)
+# These end a claim: a queue held at its max_in_flight may admit again.
+ENDS_A_CLAIM = (TodoCompleted, TodoFailed, TodoReleased, LeaseExpired)
 # These set, move or clear a lease, retry or delay timer: only they concern the timer scheduler.
 MOVES_TIMER = (
     TodoOpened, TodoClaimed, LeaseRenewed, TodoFailed, TodoCompleted, TodoReleased, LeaseExpired, TodoRequeued,

@@ -321,6 +321,16 @@ def cmd_todo_retry(args, out: Output) -> int:
         lambda r: f"{r['id']} {r['state']} (attempt {r['attempt']}/{r['max_attempts']})")
 
 
+def cmd_todo_move(args, out: Output) -> int:
+    return _act(args, out, lambda c: c.app.release_quarantined(args.id, args.queue, caller=CLI),
+                lambda r: f"{r['id']} released from quarantine to {r['queue']}: {r['state']}")
+
+
+def cmd_todo_discard(args, out: Output) -> int:
+    return _act(args, out, lambda c: c.app.discard_quarantined(args.id, caller=CLI, summary=args.summary),
+                lambda r: f"{r['id']} discarded: {r['state']}")
+
+
 QUEUE_COLUMNS = ("queue", "paused", "max_in_flight", "max_claims_per_minute", "in_flight", "claims_last_minute")
 
 
@@ -723,6 +733,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dead-letters", action="store_true")
     p.add_argument("--queue")
     p.add_argument("--dry-run", action="store_true", help="say how many would be retried; change nothing")
+    p = command(todo, "move", cmd_todo_move, "release a quarantined (held or faulted) todo to a queue of its endpoint")
+    p.add_argument("id")
+    p.add_argument("--queue", required=True)
+    p = command(todo, "discard", cmd_todo_discard, "end a quarantined todo without work (done, no result)")
+    p.add_argument("id")
+    p.add_argument("--summary", help="why (kept in its history)")
 
     queue = groups.add_parser("queue", help="queue controls").add_subparsers(dest="action", required=True, parser_class=_Parser)
     p = command(queue, "list", cmd_queue_list, "an endpoint's queues with their controls and load")

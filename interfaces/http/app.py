@@ -18,7 +18,7 @@ from litestar.response import Redirect
 from litestar.static_files import create_static_files_router
 
 from domain.endpoint import EndpointRevoked
-from domain.todo import BECOMES_CLAIMABLE
+from domain.doorbell import doorbell_news
 from interfaces.bootstrap import Container
 from application.feed import TransitionFeed
 from interfaces.http.api import api_router
@@ -98,8 +98,7 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
 
     def on_commit(recorded) -> None:
         feed.wake()  # the board's live view: read the log now, not at the next poll
-        if any(isinstance(r.event, BECOMES_CLAIMABLE) for r in recorded):
-            doorbell.wake()  # a local todo became claimable: scan at once, not at the next poll
+        doorbell.heard(doorbell_news([r.event for r in recorded]))  # scan at once, not at the next poll
         if any(isinstance(r.event, EndpointRevoked) for r in recorded):
             mcp.revocation_seen()  # end that endpoint's sessions and streams at once
 

@@ -4,8 +4,9 @@ Every process runs one `Doorbell` on the event loop that serves MCP (the session
 confined to it). It never learns of todos by message: the inline `sb_doorbell` projection holds
 every pending todo and since when, written in the transaction of the event that made it pending,
 whichever process (a server, the CLI) wrote it. The doorbell scans it for rings due on the
-endpoints it holds sessions of — when a local commit or a PostgreSQL NOTIFY wakes it, and at least
-every POLL seconds — takes each ring once across processes (`sb_rings`, the primary key decides),
+endpoints it holds sessions of — when a local commit or a PostgreSQL NOTIFY says a ring may be due
+(a todo became claimable, a queue's controls changed, or a claim ended while a queue was held), at
+once again while a scan finds a full page of due rings, and at least every POLL seconds — takes each ring once across processes (`sb_rings`, the primary key decides),
 and pushes `notifications/claude/channel` to one session, rotating between the endpoint's
 sessions. A process holding no deliverable session of an endpoint takes none of its rings, so
 the process that does rings it. See docs/adr/0011-doorbell.md.
@@ -31,10 +32,10 @@ import anyio.to_thread
 from application.background import OutageLog
 from application.errors import StoreUnavailable, first_line
 from application.ports import Clock
-from domain.doorbell import RING_GRACE, ring_message
+from domain.doorbell import FREED, RING, RING_GRACE, ring_message
 from interfaces.mcp.sessions import LiveSession, SessionRegistry
 from interfaces.store.queues import QueueKey, SqlQueueLoad
-from interfaces.store.rings import DueRing, SqlRings
+from interfaces.store.rings import DUE_PER_SCAN, DueRing, SqlRings
 
 log = logging.getLogger("switchboard.doorbell")
 
@@ -96,6 +97,13 @@ class Doorbell:
             if self._event is not None:
                 self._event.set()
 
+    def heard(self, news: str | None) -> None:
+        """A commit (here or, by NOTIFY, in any process) told the doorbell `news` (domain/doorbell.py
+        `doorbell_news`): scan now if it can find something because of it — a ring due, or a
+        queue that could not admit and may now (safe from any thread)."""
+        if news == RING or (news == FREED and self._blocked):
+            self.wake()
+
     def wake(self) -> None:
         """Scan now (safe from any thread, e.g. the store's writer after a commit)."""
         loop, event = self._loop, self._event
@@ -149,7 +157,10 @@ class Doorbell:
             return
         refused = await anyio.to_thread.run_sync(self.queues.refusals, endpoints, now) if self.queues else {}
         ours: list[tuple[DueRing, list[LiveSession]]] = []
-        for ring in await anyio.to_thread.run_sync(self.rings.due, endpoints, now):
+        due = await anyio.to_thread.run_sync(self.rings.due, endpoints, now)
+        if len(due) >= DUE_PER_SCAN and self._event is not None:
+            self._event.set()  # a backlog: scan again at once, not at the next commit or poll
+        for ring in due:
             if ring.key in self._decided or (ring.endpoint_id, ring.queue) in refused:
                 continue  # a queue that cannot admit is not rung (its waiting todo is, once it can)
             sessions = [s for s in self.registry.of_endpoint(ring.endpoint_id) if self.deliverable(s, ring.queue)]
@@ -229,7 +240,8 @@ class Doorbell:
         log.info("ring %d of todo %s reached no session", ring.ring_no, ring.todo_id)
 
     async def _listen(self, conninfo: str, channel: str) -> None:
-        """Wakes the scan on every PostgreSQL append (by any process); polling covers any gap."""
+        """Wakes the scan on a PostgreSQL append (by any process) that can make a ring due — the
+        writer NOTIFYs only then, saying which news (`heard`); polling covers any gap."""
         import psycopg
 
         lost = False
@@ -242,8 +254,9 @@ class Doorbell:
                         lost = False
                     if self._event is not None:  # what was committed while it listened to nothing
                         self._event.set()
-                    async for _ in conn.notifies():
-                        if self._event is not None:
+                    async for notice in conn.notifies():
+                        if self._event is not None and (notice.payload == RING or (notice.payload == FREED and self._blocked)
+                                                        or notice.payload not in (RING, FREED)):  # an older version's
                             self._event.set()
             except Exception as error:  # the database restarted: poll until it is back
                 if not lost:

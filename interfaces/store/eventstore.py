@@ -21,6 +21,7 @@ from eventsourcing.sqlite import SQLiteDatastore
 
 from application.errors import StoreUnavailable
 from application.ports import Clock, Recorded, UnitOfWork
+from domain.doorbell import doorbell_news
 from domain.events import Aggregate, DomainEvent
 from domain.names import TODO_PREFIX, format_id
 from interfaces.store import blobs, schema
@@ -124,7 +125,8 @@ class SqlEventStore:
         ops += pruning
         ops += [op for p in self.inline for e in events for op in p.ops(e, None)]
         positions, payloads = self.recorder.append(
-            stored, inline_ops=ops, inline_tracking=tuple(p.name for p in self.inline), read=read)
+            stored, inline_ops=ops, inline_tracking=tuple(p.name for p in self.inline),
+            notify=doorbell_news(events), read=read)
         self.cache.forget(rewritten)  # their payloads were pruned: read them again
         return positions, payloads
 

@@ -17,7 +17,7 @@ from datetime import datetime
 from application.ports import QueueLoad
 from domain.events import DomainEvent
 from domain.queue import RATE_WINDOW, QueueControls, Refusal, admission
-from domain.todo import LeaseExpired, Todo, TodoClaimed, TodoCompleted, TodoFailed, TodoReleased
+from domain.todo import ENDS_A_CLAIM, Todo, TodoClaimed
 from interfaces.store.database import Database
 from interfaces.store.rings import DueRing
 from projections.base import from_micros, micros
@@ -151,6 +151,6 @@ def load_moves(todo: Todo, events: Sequence[DomainEvent]) -> list[LoadMove]:
         if isinstance(event, TodoClaimed) and event.queue is not None:
             rated = bool(event.admitted_under and event.admitted_under.get("max_claims_per_minute"))
             moves.append(((event.endpoint_id, event.queue), 1, event.timestamp if rated else None))
-        elif isinstance(event, (TodoCompleted, TodoFailed, TodoReleased, LeaseExpired)):
+        elif isinstance(event, ENDS_A_CLAIM):
             moves.append(((todo.endpoint_id, todo.queue), -1, None))
     return moves

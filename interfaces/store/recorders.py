@@ -24,11 +24,12 @@ from uuid import uuid4
 import psycopg
 from eventsourcing.persistence import IntegrityError, OperationalError, PersistenceError, StoredEvent
 from psycopg.rows import dict_row, tuple_row
-from psycopg.sql import SQL, Identifier
+from psycopg.sql import SQL, Identifier, Literal
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 
 from application.errors import CommitOutcomeUnknown, StoreUnavailable
+from domain.doorbell import FREED, RING
 from interfaces.store import blobs
 from interfaces.store.database import (
     Database, DatabaseUrl, coalesce_ops, first_line, idle_and_sound, plan_per_run, run_ops,
@@ -111,8 +112,8 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
     """eventsourcing's PostgreSQL recorder with the append done in ONE round trip.
 
     The library's insert takes two (a pipeline sync to surface a conflict, then COMMIT). Here
-    the writer thread's own connection sends BEGIN, the library's table lock and NOTIFY, the
-    INSERT, the inline ops, the tracking update and COMMIT as one pipeline; a conflict aborts
+    the writer thread's own connection sends BEGIN, the library's table lock, the doorbell's
+    NOTIFY (only when the commit can make a ring due), the INSERT, the inline ops, the tracking update and COMMIT as one pipeline; a conflict aborts
     the transaction and surfaces at the single sync. The table, its lock (id order = commit
     order, docs/adr/0001) and everything the library reads are unchanged. After any error the
     connection is discarded, so psycopg's prepared-statement cache never disagrees with the
@@ -134,7 +135,9 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
             " RETURNING notification_id"
         ).format(table=Identifier(self.events_table_name))
         self._lock = SQL("LOCK TABLE {table} IN EXCLUSIVE MODE").format(table=Identifier(self.events_table_name))
-        self._notify = SQL("NOTIFY {channel}").format(channel=Identifier(self.channel_name))
+        self._notify = {news: SQL("NOTIFY {channel}, {news}").format(channel=Identifier(self.channel_name), news=Literal(news))
+                        for news in (RING, FREED)}
+        """The doorbell's wake-up, sent only by commits that can make a ring due (docs/adr/0011)."""
         self._track = SQL(
             "UPDATE sb_tracking SET position = (SELECT max(notification_id) FROM {table}) WHERE name = ANY(%s)"
         ).format(table=Identifier(self.events_table_name))
@@ -169,6 +172,7 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
             return [], {}
         ops = coalesce_ops(kwargs.get("inline_ops", ()))  # before BEGIN: nothing may raise once sent
         tracked: Sequence[str] = kwargs.get("inline_tracking", ())
+        notify = self._notify.get(kwargs.get("notify"))
         wanted = list(dict.fromkeys(read))
         columns = (
             [e.originator_id for e in stored_events], [e.originator_version for e in stored_events],
@@ -183,7 +187,8 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
                 with conn.pipeline():
                     head.execute("BEGIN")
                     head.execute(self._lock)
-                    head.execute(self._notify)
+                    if notify is not None:
+                        head.execute(notify)
                     # %b: binary arrays; psycopg dumps a text array of bytea item by item in Python (hex + regex
                     # escaping), ~1 ms per batch more than the binary one (measured)
                     inserted.execute(self._insert_arrays, columns)

@@ -234,6 +234,25 @@ def test_an_agent_never_sees_a_held_todo_until_an_operator_releases_it(stack, ad
     anyio.run(after_release)
 
 
+def test_an_operator_moves_or_discards_a_held_todo_on_the_cli(stack):
+    endpoint, hook = github_hook(stack, "cli-release")
+    stack.cli.json("webhook", "trust", hook["webhook_id"], "--sender", "octocat-alice")
+    held, other = send(stack, hook, "issue_comment"), send(stack, hook, "pull_request")
+
+    refused = stack.cli.run("todo", "move", held["id"], "--queue", "elsewhere")
+    assert refused.code == 1 and "forbidden" in refused.stderr, refused
+    moved = stack.cli.json("todo", "move", held["id"], "--queue", "inbox")
+    assert (moved["queue"], moved["state"]) == ("inbox", "pending")
+    again = stack.cli.run("todo", "move", held["id"], "--queue", "inbox")
+    assert again.code == 1 and "conflict" in again.stderr and "not in quarantine" in again.stderr, again
+
+    discarded = stack.cli.run("todo", "discard", other["id"], "--summary", "spam").ok()
+    assert discarded.stdout.strip() == f"{other['id']} discarded: done"
+    history = stack.cli.json("todo", "history", held["id"])["events"] + stack.cli.json("todo", "history", other["id"])["events"]
+    assert [(e["type"], e["actor"]) for e in history if e["type"] in ("TodoMoved", "TodoDiscarded")] == [
+        ("TodoMoved", "operator:cli"), ("TodoDiscarded", "operator:cli")]
+
+
 # -- the log ------------------------------------------------------------------------------------
 
 
