@@ -8,26 +8,16 @@ pruned payload reads as None with its tombstone, which every surface shows the s
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from application.errors import StoreUnavailable
+from application.ports import PayloadSource
 from application.presenters import iso, todo_full
 from domain.ingest import read_payload
 from domain.events import DomainEvent
 from domain.payloads import JSON, PAYLOAD_FIELDS, TEXT, Pruned
 from domain.todo import Todo, TodoOpened
-
-
-class StoredPayload(Protocol):
-    data: bytes | None
-    pruned: Pruned | None
-
-
-class PayloadSource(Protocol):
-    def read_payloads(self, digests: Sequence[str]) -> dict[str, StoredPayload]: ...
 
 
 class PayloadMissing(Exception):
@@ -55,9 +45,13 @@ Slot = tuple[dict[str, Any] | None, str | None, bytes | None]
 """(reference, form, bytes at hand) of one payload."""
 
 
+def _not_at_hand(slots: Sequence[Slot]) -> list[str]:
+    return [ref["sha256"] for ref, _, data in slots if ref is not None and data is None]
+
+
 def show_all(source: PayloadSource, slots: Sequence[Slot], *, content_types: Sequence[str | None] = ()) -> list[Shown]:
     """Each slot's payload, reading the bytes not at hand in one round trip."""
-    wanted = [ref["sha256"] for ref, _, data in slots if ref is not None and data is None]
+    wanted = _not_at_hand(slots)
     stored = source.read_payloads(wanted) if wanted else {}
     shown: list[Shown] = []
     for n, (ref, form, data) in enumerate(slots):
@@ -77,29 +71,26 @@ def show_all(source: PayloadSource, slots: Sequence[Slot], *, content_types: Seq
     return shown
 
 
-CLAIMED_READ_WAIT = 8.0  # seconds a committed claim keeps trying to read its payloads while the store is down
-
-
-def _show_committed(source: PayloadSource, slots: Sequence[Slot]) -> list[Shown]:
-    """The payloads of todos whose change has committed (a claim): an outage must not turn a
-    committed claim into an error answer, so the read is retried for a bounded time."""
-    deadline = time.monotonic() + CLAIMED_READ_WAIT
-    while True:
-        try:
-            return show_all(source, slots)
-        except StoreUnavailable:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-
-
-def full_todos(source: PayloadSource, todos: Sequence[Todo], fences: Sequence[str | None] = ()) -> list[dict[str, Any]]:
-    """Full todos (CONTRACT §6) with their payloads and results read."""
+def _slots(todos: Sequence[Todo]) -> list[Slot]:
+    """Each todo's payload and result, in that order."""
     slots: list[Slot] = []
     for todo in todos:
         slots.append((todo.payload_ref, todo.payload_form, todo.payload_bytes))
         slots.append((todo.result_ref, "json", todo.result_bytes))
-    shown = _show_committed(source, slots)
+    return slots
+
+
+def unread(todos: Sequence[Todo]) -> list[str]:
+    """The digests `full_todos` reads for these todos: those whose bytes are not at hand (a todo
+    written or upcast in this process holds its own). A command whose answer is a full todo asks
+    its unit of work for them, so they are read before its change commits (docs/adr/0027)."""
+    return _not_at_hand(_slots(todos))
+
+
+def full_todos(source: PayloadSource, todos: Sequence[Todo], fences: Sequence[str | None] = ()) -> list[dict[str, Any]]:
+    """Full todos (CONTRACT §6) with their payloads and results read from `source` (after a
+    change: what the command's unit of work read before it committed, `unread`)."""
+    shown = show_all(source, _slots(todos))
     full = []
     for n, todo in enumerate(todos):
         payload, result = shown[2 * n], shown[2 * n + 1]

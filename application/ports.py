@@ -9,6 +9,7 @@ from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 from domain.events import Aggregate, DomainEvent
+from domain.payloads import Pruned
 from domain.routing import Faulted, Matched, NoMatch, RuleSet
 
 A = TypeVar("A", bound=Aggregate)
@@ -40,6 +41,23 @@ class UnitOfWork(Protocol):
     def queue_load(self, endpoint_id: str, queue: str, *, fresh: bool = False) -> QueueLoad: ...
     """The queue's claimed todos and its claims of the last 60 s plus this batch's claims: as this
     process last knew them (possibly behind), or as committed with `fresh`."""
+
+    def needs_payloads(self, digests: Sequence[str]) -> PayloadSource: ...
+    """The stored payloads of these digests, read in the command's own transaction after every
+    command of its batch ran and before it commits: a read that fails fails the batch (nothing is
+    committed). The source serves them once the command's events are durable (docs/adr/0027)."""
+
+
+class StoredPayload(Protocol):
+    """What the payload store holds for one digest: the bytes, or None and the prune's tombstone."""
+
+    data: bytes | None
+    pruned: Pruned | None
+
+
+class PayloadSource(Protocol):
+    def read_payloads(self, digests: Sequence[str]) -> dict[str, StoredPayload]: ...
+    """The stored payloads of these digests; absent ones are left out."""
 
 
 @dataclass(frozen=True)

@@ -169,16 +169,16 @@ class Switchboard:
 
     def claim(self, todo_id: str, *, caller: Caller, lease_ttl_seconds: float | None = None,
               claimant: str | None = None, require_fence: bool = False) -> dict[str, Any]:
-        todo, fence = self.todos.claim(todo_id, caller=caller, lease_ttl_seconds=lease_ttl_seconds,
-                                       claimant=claimant, require_fence=require_fence)
-        return full_todos(self.store, [todo], [fence])[0]
+        claims = self.todos.claim(todo_id, caller=caller, lease_ttl_seconds=lease_ttl_seconds,
+                                  claimant=claimant, require_fence=require_fence)
+        return full_todos(claims.payloads, claims.todos, claims.fences)[0]
 
     def claim_next(self, *, caller: Caller, queue: str | None = None, lease_ttl_seconds: float | None = None,
                    claimant: str | None = None, require_fence: bool = False,
                    max_todos: int | None = None) -> dict[str, Any]:
-        taken, refused = self.todos.claim_next(caller=caller, queue=queue, lease_ttl_seconds=lease_ttl_seconds,
-                                               claimant=claimant, require_fence=require_fence, max_todos=max_todos)
-        full = full_todos(self.store, [todo for todo, _ in taken], [fence for _, fence in taken])
+        claims, refused = self.todos.claim_next(caller=caller, queue=queue, lease_ttl_seconds=lease_ttl_seconds,
+                                                claimant=claimant, require_fence=require_fence, max_todos=max_todos)
+        full = full_todos(claims.payloads, claims.todos, claims.fences)
         return present.claimed(full, batch=max_todos is not None, why=why_empty(refused))
 
     def heartbeat(self, todo_id: str, *, caller: Caller, lease_ttl_seconds: float | None = None,

@@ -1,18 +1,21 @@
 """The todo lifecycle's commands: push, claim, heartbeat, complete, fail, release, retry,
-quarantine release and discard, and the scheduler's timers. Each returns the Todo it changed."""
+quarantine release and discard, and the scheduler's timers. Each returns the Todo it changed;
+a claim, whose answer is the full todo, also the payloads that answer shows (`Claims`)."""
 
 from __future__ import annotations
 
 import json
 import secrets
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 from uuid import UUID
 
 from application.access import (
     Caller, EndpointScope, active_endpoint, scope_of, touchable_endpoint, touchable_todo, todo_uuid,
 )
-from application.ports import EventStore, UnitOfWork
+from application.payloads import unread
+from application.ports import EventStore, PayloadSource, UnitOfWork
 from application.queues import admit, not_before_of, refusal_of
 from domain.endpoint import endpoint_uuid, endpoint_uuid_of
 from domain.errors import Conflict, Forbidden, InvalidArgument
@@ -25,6 +28,26 @@ CLAIM_CANDIDATES = 8
 MAX_CLAIM_BATCH = 100  # todos one claim_next may take at once (`max`)
 
 Claimed = tuple[Todo, "str | None"]  # a claimed todo and its lease token (fence), if one was asked for
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Claims:
+    """What one claim command took, and the payloads and results its answer shows that were not
+    at hand, read in the claim's own transaction before it committed: a committed claim is
+    never answered with an error for want of its payload, and a read that fails commits nothing
+    (docs/adr/0027)."""
+
+    taken: list[Claimed]
+    payloads: PayloadSource
+
+    @property
+    def todos(self) -> list[Todo]:
+        return [todo for todo, _ in self.taken]
+
+    @property
+    def fences(self) -> list[str | None]:
+        return [fence for _, fence in self.taken]
 
 
 def open_or_reuse(uow: UnitOfWork, endpoint_id: str, key: str | None, open_todo: Callable[[], Todo], *,
@@ -76,12 +99,17 @@ class Todos:
     def _act(self, todo_id: str, caller: Caller,
              command: Callable[[Todo, UnitOfWork, EndpointScope], None]) -> Todo:
         """Loads the todo the caller may touch, applies one domain command, and saves it."""
+        return self._act_and(todo_id, caller, command, lambda todo, _: todo)
+
+    def _act_and(self, todo_id: str, caller: Caller, command: Callable[[Todo, UnitOfWork, EndpointScope], None],
+                 answer: Callable[[Todo, UnitOfWork], T]) -> T:
+        """`_act`, answering what `answer` makes of the changed todo (in the same unit of work)."""
         parsed = todo_uuid(todo_id)  # a malformed id is refused before the store is asked
 
-        def handler(uow: UnitOfWork) -> Todo:
+        def handler(uow: UnitOfWork) -> T:
             todo, scope = touchable_todo(uow, parsed, todo_id, caller)
             command(todo, uow, scope)
-            return todo
+            return answer(todo, uow)
 
         return self.store.run(handler)
 
@@ -138,7 +166,7 @@ class Todos:
     # -- the lease holder's side (agents, or an operator on the board) -------------------
 
     def claim(self, todo_id: str, *, caller: Caller, lease_ttl_seconds: float | None = None,
-              claimant: str | None = None, require_fence: bool = False) -> Claimed:
+              claimant: str | None = None, require_fence: bool = False) -> Claims:
         """Claims one claimable todo under a lease; each claim is one attempt."""
         fence = secrets.token_urlsafe(24) if require_fence else None
 
@@ -148,11 +176,11 @@ class Todos:
                        lease=effective_lease(lease_ttl_seconds, scope.default_lease), admitted_under=under)
 
         try:
-            todo = self._act(todo_id, caller, command)
+            return self._act_and(todo_id, caller, command,
+                                 lambda todo, uow: Claims([(todo, fence)], uow.needs_payloads(unread([todo]))))
         except QueueRefused as refused:
             self._count_refused(refused.queue, refused.refusal)
             raise
-        return todo, fence
 
     def _count_refused(self, queue: str, refusal: Refusal) -> None:
         try:
@@ -162,7 +190,7 @@ class Todos:
 
     def claim_next(self, *, caller: Caller, queue: str | None = None, lease_ttl_seconds: float | None = None,
                    claimant: str | None = None, require_fence: bool = False,
-                   max_todos: int | None = None) -> tuple[list[Claimed], dict[str, Refusal]]:
+                   max_todos: int | None = None) -> tuple[Claims, dict[str, Refusal]]:
         """Claims the oldest claimable todo across the endpoint's queues (or the one given); with
         `max_todos`, up to that many at once (oldest first, one lease and one attempt each). A queue
         whose controls admit no claim now is passed by; when nothing is taken, the refusals of the
@@ -176,7 +204,7 @@ class Todos:
 
         refused: dict[str, Refusal] = {}
 
-        def handler(uow: UnitOfWork) -> list[Claimed]:
+        def handler(uow: UnitOfWork) -> Claims:
             scope = caller.scope or scope_of(active_endpoint(uow, endpoint_id))
             if queue is not None and queue not in scope.queues:
                 raise Forbidden(f"queue {queue} is not in this endpoint's scope")
@@ -205,14 +233,14 @@ class Todos:
             if not taken:  # only the refusals that hold work back are said (an empty queue says nothing)
                 for q in [q for q in refused if not uow.claimable(scope.endpoint_id, [q], 1)]:
                     del refused[q]
-            return taken
+            return Claims(taken, uow.needs_payloads(unread([todo for todo, _ in taken])))
 
-        taken = self.store.run(handler)
-        if taken:
-            return taken, {}
+        claims = self.store.run(handler)
+        if claims.taken:
+            return claims, {}
         for q, refusal in refused.items():
             self._count_refused(q, refusal)
-        return taken, dict(refused)
+        return claims, dict(refused)
 
     @staticmethod
     def _claimable(uow: UnitOfWork, endpoint_id: str, queues: list[str], want: int):

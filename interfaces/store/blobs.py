@@ -140,20 +140,29 @@ def unpack(codec: str, data: Any) -> bytes:
     return zlib.decompress(raw) if codec == ZLIB else raw
 
 
+_SELECT = f"SELECT sha256, size, codec, data, pruned_at FROM {TABLE} WHERE sha256"
+READ_ANY = f"{_SELECT} = ANY(%s)"
+"""PostgreSQL: the rows of a list of digests (one text[] parameter) in one statement."""
+
+
+def stored_rows(rows: Iterable[Sequence[Any]]) -> dict[str, Stored]:
+    """Rows of `sha256, size, codec, data, pruned_at` by digest."""
+    found: dict[str, Stored] = {}
+    for hex_digest, size, codec, data, pruned_at in rows:
+        if data is None:
+            found[hex_digest] = Stored(None, Pruned(hex_digest, int(size), from_micros(pruned_at)))
+        else:
+            found[hex_digest] = Stored(unpack(codec, data), None)
+    return found
+
+
 def read(query, digests: Sequence[str]) -> dict[str, Stored]:
     """The rows of these digests (absent ones are left out). `query(sql, params)` returns rows."""
     found: dict[str, Stored] = {}
     wanted = list(dict.fromkeys(digests))
     for start in range(0, len(wanted), READ_CHUNK):
         chunk = wanted[start:start + READ_CHUNK]
-        marks = ", ".join(["%s"] * len(chunk))
-        rows = query(f"SELECT sha256, size, codec, data, pruned_at FROM {TABLE} WHERE sha256 IN ({marks})",
-                     chunk)
-        for hex_digest, size, codec, data, pruned_at in rows:
-            if data is None:
-                found[hex_digest] = Stored(None, Pruned(hex_digest, int(size), from_micros(pruned_at)))
-            else:
-                found[hex_digest] = Stored(unpack(codec, data), None)
+        found.update(stored_rows(query(f"{_SELECT} IN ({', '.join(['%s'] * len(chunk))})", chunk)))
     return found
 
 

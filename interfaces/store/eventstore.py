@@ -56,8 +56,8 @@ class SqlEventStore:
         self.cache = AggregateCache()
         self.queue_reads = SqlQueueLoad(self.db)
         self.load_estimates = LoadEstimates(self.queue_reads)
-        reads = Reads(load=self.load, claimable=self.claimable, cache=self.cache, prefetch=self._prefetch,
-                      queue_loads=self.load_estimates)
+        reads = Reads(load=self.load, claimable=self.claimable, payloads=self.read_payloads, cache=self.cache,
+                      prefetch=self._prefetch, queue_loads=self.load_estimates)
         self.writer = Writer(self._append, reads, clock)
 
     # -- lifecycle
@@ -114,19 +114,21 @@ class SqlEventStore:
         """
         return self.writer.run(handler, ReadSource.just_read(hints))
 
-    def _append(self, events: list[DomainEvent]) -> Sequence[int] | None:
+    def _append(self, events: list[DomainEvent], read: Sequence[str] = ()) -> tuple[Sequence[int] | None, dict[str, blobs.Stored]]:
         """The writer's one transaction: the events, the payloads they name (docs/adr/0027), what a
-        prune among them removes, and the inline read models' rows."""
+        prune among them removes, and the inline read models' rows; then, before it commits, the
+        stored payloads of `read` (what the batch's answers show), as of this very commit."""
         stored = [self.codec.to_stored_event(e) for e in events]
         sqlite = self.url.dialect == "sqlite"
         ops = blobs.ops_for(blobs.carried_blobs(events), events[0].timestamp, compress=sqlite)
         pruning, rewritten = blobs.retention_ops(events, self.db.query, sqlite=sqlite)
         ops += pruning
         ops += [op for p in self.inline for e in events for op in p.ops(e, None)]
-        positions = self.recorder.insert_events(stored, inline_ops=ops, inline_tracking=tuple(p.name for p in self.inline),
-                                                notify=doorbell_news(events))
+        positions, payloads = self.recorder.append(
+            stored, inline_ops=ops, inline_tracking=tuple(p.name for p in self.inline),
+            notify=doorbell_news(events), read=read)
         self.cache.forget(rewritten)  # their payloads were pruned: read them again
-        return positions
+        return positions, payloads
 
     # -- reads
 

@@ -4,7 +4,9 @@ The claimable queue and the due timers are written in the same transaction as th
 (docs/adr/0001-event-store-and-ordering.md): when a command returns, `claim_next` and the
 reaper already see its effect. Only SQL runs inside the hook; every op was computed (and
 validated) before the transaction began, because on PostgreSQL a Python exception raised
-after the INSERT would not roll the transaction back.
+after the INSERT would not roll the transaction back. `append` also reads, in that transaction
+before it commits, the stored payloads the batch's answers show (docs/adr/0027): a read that
+fails commits nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder
 
 from application.errors import CommitOutcomeUnknown, StoreUnavailable
 from domain.doorbell import FREED, RING
+from interfaces.store import blobs
 from interfaces.store.database import (
     Database, DatabaseUrl, coalesce_ops, first_line, idle_and_sound, plan_per_run, run_ops,
 )
@@ -73,8 +76,18 @@ class PooledPostgresDatastore(PostgresDatastore):
             raise PersistenceError(str(error)) from error
 
 
+Appended = tuple["Sequence[int] | None", "dict[str, blobs.Stored]"]
+"""The appended events' log positions and the stored payloads read in their transaction."""
+
+
 class SqliteEventRecorder(SQLiteApplicationRecorder):
     """Appends events, then runs the inline projection ops and moves their tracking rows."""
+
+    def append(self, stored_events: Sequence[StoredEvent], *, read: Sequence[str] = (), **kwargs: Any) -> Appended:
+        """`insert_events`, then the stored payloads of `read`, in the same transaction."""
+        with self.datastore.transaction(commit=True) as c:
+            ids = self._insert_events(c, stored_events, **kwargs)
+            return ids, (blobs.read(lambda sql, params: _fetch(c, sql, params), read) if read else {})
 
     def _insert_events(self, c: Any, stored_events: Sequence[StoredEvent], **kwargs: Any):
         ids = super()._insert_events(c, stored_events, **kwargs)
@@ -88,6 +101,11 @@ class SqliteEventRecorder(SQLiteApplicationRecorder):
                 (max(ids), *tracked),
             )
         return ids
+
+
+def _fetch(cursor: Any, sql: str, params: Sequence[Any]) -> list[Any]:
+    cursor.execute(sql.replace("%s", "?"), tuple(params))
+    return cursor.fetchall()
 
 
 class PostgresEventRecorder(PostgresApplicationRecorder):
@@ -148,11 +166,17 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
                 conn.close()
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
+        return self.append(stored_events, **kwargs)[0]
+
+    def append(self, stored_events: Sequence[StoredEvent], *, read: Sequence[str] = (), **kwargs: Any) -> Appended:
+        """The append in one round trip; the stored payloads of `read` are selected in it after the
+        inline ops and before COMMIT (an error there aborts the transaction: nothing commits)."""
         if not stored_events:
-            return []
+            return [], {}
         ops = coalesce_ops(kwargs.get("inline_ops", ()))  # before BEGIN: nothing may raise once sent
         tracked: Sequence[str] = kwargs.get("inline_tracking", ())
         notify = self._notify.get(kwargs.get("notify"))
+        wanted = list(dict.fromkeys(read))
         columns = (
             [e.originator_id for e in stored_events], [e.originator_version for e in stored_events],
             [e.topic for e in stored_events], [e.state for e in stored_events],
@@ -160,7 +184,8 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
         sent = False
         try:
             conn = self._connection()
-            with conn.cursor() as head, conn.cursor() as inserted, conn.cursor() as extra:
+            with conn.cursor() as head, conn.cursor() as inserted, conn.cursor() as extra, \
+                    conn.cursor() as payloads:
                 sent = True
                 with conn.pipeline():
                     head.execute("BEGIN")
@@ -173,8 +198,11 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
                     run_ops(extra, ops, "%s")
                     if tracked:
                         extra.execute(self._track, (list(tracked),))
+                    if wanted:  # as this commit leaves them (after its own upserts and prunes)
+                        payloads.execute(blobs.READ_ANY, (wanted,), binary=True)
                     head.execute("COMMIT")
-                return [row[0] for row in inserted.fetchall()]
+                ids = [row[0] for row in inserted.fetchall()]
+                return ids, (blobs.stored_rows(payloads.fetchall()) if wanted else {})
         except psycopg.errors.IntegrityError as error:
             self._discard()
             raise IntegrityError(error) from error
@@ -186,9 +214,9 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
             name = getattr(self._local, "name", "")
             self._discard()
             if unsure:
-                ids = self._outcome(name, columns, error)
-                if ids is not None:
-                    return ids
+                appended = self._outcome(name, columns, error, wanted)
+                if appended is not None:
+                    return appended
             raise OperationalError(error) from error
 
     def _lookup_connection(self) -> Any:
@@ -196,8 +224,10 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
             return self.connections()
         return psycopg.connect(self._url.conninfo(application_name="switchboard-resolver"), autocommit=True)
 
-    def _outcome(self, session: str, columns: tuple[list, ...], error: psycopg.Error) -> list[int] | None:
-        """Whether the append whose answer was lost committed: its notification ids, or None.
+    def _outcome(self, session: str, columns: tuple[list, ...], error: psycopg.Error,
+                 read: Sequence[str]) -> Appended | None:
+        """Whether the append whose answer was lost committed: its notification ids and the stored
+        payloads of `read` (read again: the answer that held them was lost), or None.
 
         On a fresh connection: end the lost session if it still lives (pg_terminate_backend, and
         wait for it to go), so its transaction is over — committed or rolled back, never still
@@ -226,6 +256,9 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
                             " ORDER BY k.n").format(table=Identifier(self.events_table_name)),
                         columns,
                     ).fetchall()
+                    ours = len(rows) == len(columns[0]) and all(same for _, _, same in rows)
+                    payloads = blobs.stored_rows(
+                        conn.execute(blobs.READ_ANY, (list(read),), binary=True).fetchall()) if ours and read else {}
                 break
             except (psycopg.Error, StoreUnavailable) as retry:
                 if time.monotonic() >= deadline:
@@ -234,6 +267,5 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
                         "store down: whether this was stored is unknown (retrying it is safe)"
                     ) from None
                 time.sleep(RESOLVE_PAUSE)
-        ours = len(rows) == len(columns[0]) and all(same for _, _, same in rows)
         log.debug("writer: a commit whose answer was lost %s", "had committed" if ours else "had not committed")
-        return [position for _, position, _ in rows] if ours else None
+        return ([position for _, position, _ in rows], payloads) if ours else None

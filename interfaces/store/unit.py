@@ -9,13 +9,13 @@ The unit reads through `Reads`, a narrow collaborator, never the store itself.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
 from uuid import UUID
 
-from application.ports import QueueLoad
+from application.ports import QueueLoad, StoredPayload
 from domain.events import Aggregate
 from domain.todo import TodoClaimed
 from interfaces.store.cache import AggregateCache
@@ -60,15 +60,42 @@ class Reads:
 
     load: Callable[[type[Aggregate], UUID], Aggregate | None]
     claimable: ReadClaimable
+    payloads: Callable[[Sequence[str]], Mapping[str, StoredPayload]]
     cache: AggregateCache
     prefetch: CandidatePrefetch
     queue_loads: LoadEstimates
+
+
+class PayloadsRead:
+    """The payloads the answers of one batch show, read by the writer in the batch's transaction
+    after its commands ran and before it committed (docs/adr/0027): the `PayloadSource` those
+    answers are shown from, so a committed change never reads the store again to be answered."""
+
+    def __init__(self) -> None:
+        self.wanted: dict[str, None] = {}
+        """The digests asked for (each once, in order) by the commands that were not refused."""
+        self._rows: Mapping[str, StoredPayload] = {}
+        self.read = False
+
+    def want(self, digests: Iterable[str]) -> None:
+        self.wanted.update(dict.fromkeys(digests))
+
+    def fill(self, rows: Mapping[str, StoredPayload]) -> None:
+        """What the batch's transaction read for `wanted` (a digest the store lacks is absent)."""
+        self._rows, self.read = rows, True
+
+    def read_payloads(self, digests: Sequence[str]) -> dict[str, StoredPayload]:
+        unasked = [d for d in digests if d not in self.wanted]
+        if unasked or not self.read:
+            raise LookupError(f"payloads not read in the batch's transaction: {unasked or list(digests)}")
+        return {d: self._rows[d] for d in digests if d in self._rows}
 
 
 class Batch:
     """The aggregates touched by the commands of one batch, in the order first touched."""
 
     def __init__(self) -> None:
+        self.payloads = PayloadsRead()
         self.aggregates: dict[UUID, Aggregate] = {}
         self.cached: set[UUID] = set()
         """Ids read from a copy (cache or caller) rather than the store: possibly stale."""
@@ -88,6 +115,9 @@ class Unit:
         self.now = now
         self.used_cache = False
         """A copy (cache or caller's) was read: a refusal must be confirmed on fresh state."""
+        self.payloads_wanted: list[str] = []
+        """Digests this command's answer shows (`needs_payloads`); the writer adds them to the
+        batch's `PayloadsRead` once the command is not refused."""
 
     def get(self, cls: type[A], aggregate_id: UUID, *, fresh: bool = False) -> A | None:
         aggregates = self._batch.aggregates
@@ -173,6 +203,10 @@ class Unit:
         if not ours:
             return committed
         return QueueLoad(committed.in_flight + len(ours), committed.recent_claims + tuple(ours))
+
+    def needs_payloads(self, digests: Sequence[str]) -> PayloadsRead:
+        self.payloads_wanted += digests
+        return self._batch.payloads
 
     def rollback(self) -> None:
         for aggregate_id, saved in self._savepoints.items():

@@ -2,7 +2,8 @@
 
 It takes all handlers waiting at that moment, runs them one after another on a shared view of
 the aggregates they touch (`interfaces/store/unit.py`), and appends every resulting event in ONE
-transaction. Optimistic concurrency (the unique (stream, version) key) catches a race with
+transaction — with the payloads the commands' answers show, read in it before it commits
+(docs/adr/0027). Optimistic concurrency (the unique (stream, version) key) catches a race with
 another process: the batch is then re-run on fresh state, then one command at a time. A commit
 whose outcome was lost with the connection is resolved by the recorder (recorders.py,
 docs/adr/0014); the writer only answers what it learns. See docs/adr/0004-claims-and-batching.md.
@@ -16,7 +17,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
@@ -24,7 +25,7 @@ from typing import Any, TypeVar
 from eventsourcing.persistence import IntegrityError, PersistenceError
 
 from application.errors import CommitOutcomeUnknown, RetryLimitExceeded, StoreUnavailable
-from application.ports import Clock, Recorded, UnitOfWork
+from application.ports import Clock, Recorded, StoredPayload, UnitOfWork
 from domain.errors import DomainError
 from domain.events import DomainEvent
 from domain.todo import Todo
@@ -43,8 +44,9 @@ RECENT = 8  # batches whose largest size the next batch waits (LINGER at most) t
 MAX_RETRIES = 12  # attempts of a command run alone after its batch kept losing races
 BATCH_RETRIES = 3  # re-runs of a whole batch on fresh state before running it one by one
 
-Append = Callable[[list[DomainEvent]], Sequence[int] | None]
-"""Writes events (with the inline read models) in one transaction; their log positions."""
+Append = Callable[[list[DomainEvent], Sequence[str]], tuple[Sequence[int] | None, Mapping[str, StoredPayload]]]
+"""Writes events (with the inline read models) in one transaction and, in it before it commits,
+reads the stored payloads of these digests; their log positions and the payloads read."""
 
 
 class Job:
@@ -181,6 +183,7 @@ class Writer:
                 unit.rollback()
                 job.future.set_exception(error)
             else:
+                batch.payloads.want(unit.payloads_wanted)
                 done.append((job, result))
         if done:
             try:
@@ -231,6 +234,7 @@ class Writer:
             except Exception as error:
                 job.future.set_exception(error)
                 return
+            batch.payloads.want(unit.payloads_wanted)
             try:
                 recorded = self._commit(batch)
             except IntegrityError:
@@ -261,10 +265,15 @@ class Writer:
             events.extend(collected)
             if tracking and isinstance(aggregate, Todo):
                 moves += load_moves(aggregate, collected)
+        wanted = list(batch.payloads.wanted)
         if not events:
+            if wanted:  # nothing to commit: a plain read
+                batch.payloads.fill(self._reads.payloads(wanted))
             return []
         self._prefetch.read_ahead(batch.candidates, events)
-        positions = self._append(events)
+        positions, payloads = self._append(events, wanted)
+        if wanted:
+            batch.payloads.fill(payloads)
         if moves:
             self._reads.queue_loads.committed(moves)
         self._cache.keep(batch.aggregates)

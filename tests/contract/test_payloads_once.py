@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlencode
 
 import msgspec
+import pytest
 
+from application.access import todo_uuid
+from application.errors import StoreUnavailable
 from domain.payloads import canonical_json
 from tests.contract.harness import CLI, agent, unique
 from tests.fixtures import fixture, sign
@@ -157,3 +162,44 @@ def test_export_lines_hold_the_stored_fields_and_never_the_carried_bytes_fields(
     for kind in ("DeliveryAccepted", "TodoOpened", "TodoCompleted"):
         assert not [name for name in lines[kind]["data"] if name.endswith("_bytes")], kind
         assert lines[kind]["digests"], kind  # the content is sealed by its digest instead
+
+
+@contextmanager
+def unreadable(sb, digest: str) -> Iterator[None]:
+    """The payload store's row of `digest` fails every read of it, in the database itself: the table
+    is moved aside behind a view of the same name whose `data` of that row is an invalid JSON cast."""
+    broken = ("convert_to(CAST(sha256 || '{' AS json)::text, 'UTF8')" if sb.url.startswith("postgresql")
+              else "json(sha256 || '{')")  # raises as the row is read: 'malformed JSON' / 'invalid input syntax'
+    with sb.container.store.db.transaction() as tx:
+        tx.execute("ALTER TABLE sb_blobs RENAME TO sb_blobs_aside")
+        tx.execute(f"CREATE VIEW sb_blobs AS SELECT sha256, size, codec,"
+                   f" CASE WHEN sha256 = '{digest}' THEN {broken} ELSE data END AS data, named_at, pruned_at"
+                   " FROM sb_blobs_aside")
+    try:
+        yield
+    finally:
+        with sb.container.store.db.transaction() as tx:
+            tx.execute("DROP VIEW sb_blobs")
+            tx.execute("ALTER TABLE sb_blobs_aside RENAME TO sb_blobs")
+
+
+@pytest.mark.parametrize("how", ["claim_next", "claim", "claim_next max"])
+def test_a_claim_whose_payload_read_fails_commits_nothing(sb, how):
+    endpoint = sb.app.vend(unique("unread"), queues=["work"], caller=CLI)
+    payload = {"only": "here"}
+    todo_id = sb.app.push(endpoint["slug"], "read me", caller=CLI, payload=payload)["todo"]["id"]
+    other = sb.another_process().app  # holds no bytes of the todo: its claim reads them
+    me = agent(endpoint)
+    claim = {"claim_next": lambda: other.claim_next(caller=me),
+             "claim": lambda: {"todo": other.claim(todo_id, caller=me)},
+             "claim_next max": lambda: {"todo": other.claim_next(caller=me, max_todos=5)["todos"][0]}}[how]
+    before = sb.container.store.version_of(todo_uuid(todo_id))
+
+    with unreadable(sb, hashlib.sha256(canonical_json(payload)).hexdigest()):
+        with pytest.raises(StoreUnavailable):
+            claim()
+
+    assert sb.container.store.version_of(todo_uuid(todo_id)) == before  # no TodoClaimed was committed
+    assert sb.todo(todo_id)["state"] == "pending"
+    claimed = claim()["todo"]
+    assert (claimed["id"], claimed["payload"], claimed["attempt"]) == (todo_id, payload, 1)

@@ -195,6 +195,27 @@ def test_a_completion_whose_answer_is_lost_is_answered_as_completed(outage):
     assert outage.container.app.get_todo(pushed["todo"]["id"], caller=CLI)["state"] == "done"
 
 
+def test_a_claim_whose_answer_is_lost_is_answered_with_its_payload(outage):
+    """The payload a claim shows is read in its append's transaction; when that answer is lost with
+    the connection, the claim is found committed (ADR 14) and its payload read again."""
+    payload = {"read": "again", "n": [1, 2]}
+    pushed = outage.container.app.push(outage.endpoint["slug"], "claim me", caller=CLI, payload=payload)
+
+    async def scenario() -> None:
+        http, client = await _session(outage)
+        async with http, client:
+            assert not (await client.call_tool("list_todos", {})).is_error
+            outage.proxy.arm("after_commit")
+            claimed = await client.call_tool("claim_next", {"claimant": "t"})
+            assert outage.proxy.cuts == 1, "the proxy never cut a commit's answer: this test checks nothing"
+            assert not claimed.is_error, tool_text(claimed)
+            todo = claimed.structured_content["todo"]
+            assert (todo["id"], todo["payload"], todo["state"]) == (pushed["todo"]["id"], payload, "claimed")
+
+    anyio.run(scenario)
+    assert outage.container.app.get_todo(pushed["todo"]["id"], caller=CLI)["attempt"] == 1
+
+
 def test_a_503_means_nothing_was_stored_even_by_a_commit_arriving_late(outage):
     before = outage.deliveries()
     outage.proxy.arm("hold", hold=3.0)  # the append reaches PostgreSQL 3 s after the writer lost it
