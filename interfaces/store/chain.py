@@ -24,8 +24,7 @@ from uuid import UUID
 import msgspec
 
 from application.audit import LoggedEvent, Sealed, Unreadable
-from domain.payloads import is_carried
-from interfaces.store.codec import _ENVELOPE, EVENT_TYPES
+from interfaces.store.codec import EVENT_TYPES, stored_fields
 from projections.base import micros
 
 if TYPE_CHECKING:
@@ -72,8 +71,9 @@ class FloatSpotter:
 
 
 def _required(cls: type) -> frozenset[str]:
-    """The stored fields every event of the class holds (those without a default)."""
-    return frozenset(f.name for f in dataclasses.fields(cls) if f.name not in _ENVELOPE and not is_carried(f)
+    """The stored fields (the codec's `stored_fields`) every event of the class holds: those without a default."""
+    stored = set(stored_fields(cls))
+    return frozenset(f.name for f in dataclasses.fields(cls) if f.name in stored
                      and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
 
 
