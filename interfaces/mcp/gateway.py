@@ -10,21 +10,23 @@ and its scoped `Caller` in the ASGI scope. Blocking work runs in worker threads.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import re
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
 import anyio.to_thread
 import msgspec
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
 from mcp.server.auth.provider import AccessToken
-from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, check_accept_headers
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport, check_accept_headers
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
@@ -42,7 +44,7 @@ from application.errors import StoreUnavailable
 from domain.errors import DomainError
 from interfaces.json_depth import TOO_DEEP, json_too_deep
 from interfaces.mcp.doorbell import Doorbell
-from interfaces.mcp.server import PRINCIPAL, Principal, build_server, run_tool
+from interfaces.mcp.server import PRINCIPAL, Principal, build_server, call_tool
 from interfaces.mcp.sessions import SessionManager, SessionRegistry
 from interfaces.mcp.tools import Services
 
@@ -56,6 +58,13 @@ MCP_THREADS = 16
 executor, not anyio's thread limiter (a hand-off costs a third of the CPU, as for ingest)."""
 METHODS = ("POST", "GET", "DELETE")
 WWW_AUTHENTICATE = 'Bearer realm="switchboard"'
+MAX_REMEMBERED = 10_000
+"""Credentials (by digest) and endpoints remembered for the tools/call path, then forgotten at once."""
+MAX_CHECKED = 1_000
+"""Distinct Accept/Content-Type/Host/Origin values whose SDK checks are remembered."""
+_SESSION_ID = MCP_SESSION_ID_HEADER.lower().encode()
+_PROTOCOL_VERSION = MCP_PROTOCOL_VERSION_HEADER.lower().encode()
+_CHECKED_HEADERS = (b"accept", b"content-type", b"host", b"origin")
 _SLUG_PATH = re.compile(r"/([a-z0-9][a-z0-9-]{0,63})/?")
 _LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
@@ -89,6 +98,16 @@ async def _refuse(send: Send, status: int, code: str, message: str, headers: dic
     await _respond(send, status, {"error": message, "code": code}, headers)
 
 
+async def _unauthorized(send: Send) -> None:
+    await _refuse(send, 401, "unauthorized", "missing, unknown, revoked or expired credential",
+                  {"WWW-Authenticate": WWW_AUTHENTICATE})
+
+
+def _first_headers(scope: Scope) -> dict[bytes, bytes]:
+    """The request's headers by (lower-case) name, the first of each name as Starlette reads them."""
+    return dict(reversed(scope.get("headers", ())))
+
+
 def _header(scope: Scope, name: str) -> str | None:
     key = name.lower().encode()
     for k, v in scope.get("headers", ()):
@@ -112,9 +131,9 @@ class _TooLarge(Exception):
     pass
 
 
-async def _read_body(scope: Scope, receive: Receive) -> tuple[bytes, list[Message]]:
+async def _read_body(headers: dict[bytes, bytes], receive: Receive) -> tuple[bytes, list[Message]]:
     """The whole body (at most MAX_BODY bytes, else _TooLarge) and any message read past it."""
-    declared = _header(scope, "content-length")
+    declared = headers.get(b"content-length")
     if declared is not None and declared.strip().isdigit() and int(declared) > MAX_BODY:
         raise _TooLarge
     chunks: list[bytes] = []
@@ -156,6 +175,20 @@ def _tool_call(body: bytes) -> tuple[int | str, str, dict[str, Any] | None] | No
     return request_id, name, arguments
 
 
+@dataclass(frozen=True)
+class _PlainCall:
+    """A plain `tools/call` that passed every check of the SDK's transport not depending on who
+    calls; the gateway answers it once the caller is known to own the session."""
+
+    session_id: str
+    transport: StreamableHTTPServerTransport
+    owner: object
+    """The SDK's record of who opened the session (compared as the SDK compares it)."""
+    request_id: int | str
+    name: str
+    arguments: dict[str, Any] | None
+
+
 def _request_id(body: bytes) -> Any:
     try:
         message = json.loads(body)
@@ -179,6 +212,10 @@ class McpGateway:
             max_request_body_size=MAX_BODY, json_response=True,
         )
         self.revocation_sweep = revocation_sweep
+        self._users: dict[str, tuple[AuthenticatedUser, object]] = {}
+        self._holders: dict[bytes, str] = {}
+        """Credential digest → the endpoint it opened last: a hint on the loop, never trusted."""
+        self._checked: dict[tuple[Any, ...], bool] = {}
         self._sweep_failed = False
         self._sweep_outage = OutageLog(log, "revocation sweep", f"sweeping again every {revocation_sweep:.0f} s")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -255,17 +292,36 @@ class McpGateway:
             log.warning("revocation sweep could not load endpoint %s", slug, exc_info=True)
         return True
 
-    async def _authenticate(self, credential: str) -> Principal | None:
-        def work() -> Principal | None:
-            endpoint = self.services.app.authenticate_endpoint(credential)
-            if endpoint is None:
-                return None
-            return Principal(endpoint, self.services.app.endpoint_caller(endpoint))
+    def _user(self, endpoint_id: str) -> tuple[AuthenticatedUser, object]:
+        """The SDK user an endpoint's requests carry, and the owner context the SDK binds its
+        sessions to (built once per endpoint: both name only the endpoint id)."""
+        known = self._users.get(endpoint_id)
+        if known is None:
+            if len(self._users) >= MAX_REMEMBERED:
+                self._users.clear()
+            user = AuthenticatedUser(AccessToken(token=endpoint_id, client_id=endpoint_id, scopes=[]))
+            known = self._users[endpoint_id] = (user, authorization_context(user))
+        return known
 
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self.threads, work)
-        except DomainError:  # revoked between the two reads
-            return None
+    async def _authenticate(self, credential: str, slug: str, plain: _PlainCall | None) -> tuple[Principal | None, bytes | None]:
+        """The request's principal (None: 401) and, for a plain call, its JSON-RPC answer — both in
+        one hop to a worker thread. The tool runs only when the principal opens this slug and owns
+        the call's session, exactly as the SDK decides ownership; else the answer is None."""
+        app = self.services.app
+
+        def work() -> tuple[Principal | None, bytes | None]:
+            endpoint = app.authenticate_endpoint(credential)
+            if endpoint is None:
+                return None, None
+            try:
+                principal = Principal(endpoint, app.endpoint_caller(endpoint))
+            except DomainError:  # revoked between the two reads
+                return None, None
+            if plain is None or endpoint.slug != slug or self._user(endpoint.endpoint_id)[1] != plain.owner:
+                return principal, None
+            return principal, call_tool(self.services, principal, plain.name, plain.arguments).answer(plain.request_id)
+
+        return await asyncio.get_running_loop().run_in_executor(self.threads, work)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # the mount also sees websockets: refuse them
@@ -280,43 +336,113 @@ class McpGateway:
             return await _refuse(send, 405, "method_not_allowed", f"{method} is not allowed here",
                                  {"Allow": ", ".join(METHODS)})
         credential = _bearer(scope)
-        try:
-            principal = await self._authenticate(credential) if credential is not None else None
-        except StoreUnavailable:
-            return await self._store_down(scope, receive, send, method)
-        if principal is None:
-            return await _refuse(send, 401, "unauthorized", "missing, unknown, revoked or expired credential",
-                                 {"WWW-Authenticate": WWW_AUTHENTICATE})
-        if principal.endpoint.slug != match.group(1):
-            return await _refuse(send, 403, "forbidden", "this credential does not open this endpoint")
-
-        body, rest = b"", []
+        if credential is None:
+            return await _unauthorized(send)
+        # The body is read before the credential is checked (the request guard has buffered it
+        # already), so that a plain tools/call is authenticated and answered in one hop; the
+        # answers keep their order: 401, 403, 413, 400, the era.
+        headers = _first_headers(scope)
+        body, rest, too_large = None, [], False
         if method == "POST":
             try:
-                body, rest = await _read_body(scope, receive)
+                body, rest = await _read_body(headers, receive)
             except _TooLarge:
-                return await _refuse(send, 413, "payload_too_large", f"request body over {MAX_BODY} bytes")
-            if json_too_deep(body):  # the SDK's parser would recurse into a RecursionError
-                return await _refuse(send, 400, "invalid_argument", TOO_DEEP)
-        version = _header(scope, MCP_PROTOCOL_VERSION_HEADER)
-        if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
-            return await self._refuse_modern_era(send, version, _request_id(body))
-        await self._dispatch(scope, receive, send, principal, body if method == "POST" else None, rest)
+                too_large = True
+        too_deep = body is not None and json_too_deep(body)  # the SDK's parser would recurse into a RecursionError
+        version = headers.get(_PROTOCOL_VERSION)
+        modern = version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS
+        plain = None
+        if body is not None and not rest and not too_deep and not modern:
+            plain = await self._plain_call(scope, headers, body, credential)
+        digest = hashlib.sha256(credential.encode()).digest()
+        try:
+            if plain is not None:
+                with self.manager.in_flight(plain.transport):
+                    principal, answer = await self._authenticate(credential, match.group(1), plain)
+            else:
+                principal, answer = await self._authenticate(credential, match.group(1), None)
+        except StoreUnavailable:
+            return await self._store_down(send, body)
+        if principal is None:
+            return await _unauthorized(send)
+        self._remember(digest, principal.endpoint.endpoint_id)
+        if principal.endpoint.slug != match.group(1):
+            return await _refuse(send, 403, "forbidden", "this credential does not open this endpoint")
+        if too_large:
+            return await _refuse(send, 413, "payload_too_large", f"request body over {MAX_BODY} bytes")
+        if too_deep:
+            return await _refuse(send, 400, "invalid_argument", TOO_DEEP)
+        if modern:
+            return await self._refuse_modern_era(send, version.decode("latin-1"), _request_id(body or b""))
+        if answer is not None and plain is not None:
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode()),
+                (_SESSION_ID, plain.session_id.encode("latin-1"))]})
+            await send({"type": "http.response.body", "body": answer})
+            return
+        await self._dispatch(scope, receive, send, principal, body, rest)
+
+    def _remember(self, digest: bytes, endpoint_id: str) -> None:
+        """Which endpoint a credential opened last (a hint for the next request, never trusted)."""
+        if self._holders.get(digest) != endpoint_id:
+            if len(self._holders) >= MAX_REMEMBERED:
+                self._holders.clear()
+            self._holders[digest] = endpoint_id
+
+    async def _plain_call(self, scope: Scope, headers: dict[bytes, bytes], body: bytes,
+                          credential: str) -> _PlainCall | None:
+        """A plain `tools/call` on a live, initialized session that this credential opened last
+        time, with every check the SDK's transport makes on it that does not depend on who calls
+        (ADR 18): its session table, its Accept check, its Host/Origin and Content-Type check.
+        None when anything is off that path: the SDK then answers the request itself."""
+        raw_session = headers.get(_SESSION_ID)
+        if raw_session is None:
+            return None
+        call = _tool_call(body)
+        if call is None:
+            return None
+        session_id = raw_session.decode("latin-1")
+        live = self.registry.get(session_id)
+        found = self.manager.live_session(session_id)
+        if found is None or live is None or live.peer is None:
+            return None
+        # Only a session of the endpoint this credential opened last counts its request as one in
+        # flight before the credential is checked (the check itself decides whether the tool runs).
+        if self._holders.get(hashlib.sha256(credential.encode()).digest()) != live.endpoint_id:
+            return None
+        transport, owner = found
+        if not await self._passes_transport_checks(scope, headers, transport):
+            return None
+        return _PlainCall(session_id, transport, owner, *call)
+
+    async def _passes_transport_checks(self, scope: Scope, headers: dict[bytes, bytes],
+                                       transport: StreamableHTTPServerTransport) -> bool:
+        """The SDK's Accept check and its Host/Origin/Content-Type check, as the SDK makes them: they
+        read only these four headers (and the manager's one security setting), so each distinct
+        set of values is checked once."""
+        security = transport._security
+        key = (id(security.settings), *(headers.get(name) for name in _CHECKED_HEADERS))
+        passed = self._checked.get(key)
+        if passed is None:
+            request = Request(scope)
+            passed = check_accept_headers(request)[0] and await security.validate_request(request, is_post=True) is None
+            if len(self._checked) >= MAX_CHECKED:
+                self._checked.clear()
+            self._checked[key] = passed
+        return passed
 
     @staticmethod
-    async def _store_down(scope: Scope, receive: Receive, send: Send, method: str) -> None:
+    async def _store_down(send: Send, body: bytes | None) -> None:
         """The credential cannot be checked while the store is down. A tool call is answered as the
         tool error `unavailable: store down` (CONTRACT §12: nothing was done), in the JSON-RPC
         answer the client waits for; anything else is the HTTP 503."""
         request_id = None
-        if method == "POST":
-            try:
-                body, _ = await _read_body(scope, receive)
-                message = json.loads(body)
-            except (_TooLarge, ValueError):
-                message = None
-            if isinstance(message, dict) and message.get("method") == "tools/call":
-                request_id = message.get("id")
+        try:
+            message = json.loads(body) if body is not None else None
+        except (ValueError, RecursionError):
+            message = None
+        if isinstance(message, dict) and message.get("method") == "tools/call":
+            request_id = message.get("id")
         if request_id is None:
             return await _refuse(send, 503, "unavailable", "store down")
         await _respond(send, 200, {"jsonrpc": "2.0", "id": request_id, "result": {
@@ -335,19 +461,13 @@ class McpGateway:
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send, principal: Principal,
                         body: bytes | None, rest: list[Message]) -> None:
         endpoint = principal.endpoint
-        token = AccessToken(token=endpoint.endpoint_id, client_id=endpoint.endpoint_id, scopes=[])
         # the SDK binds each session to the principal that opened it: another endpoint's request
         # naming this session id is answered like an unknown session (404)
-        scope = {**scope, "user": AuthenticatedUser(token), PRINCIPAL: principal}
+        scope = {**scope, "user": self._user(endpoint.endpoint_id)[0], PRINCIPAL: principal}
         session_id = _header(scope, MCP_SESSION_ID_HEADER)
         method = scope["method"]
         pending: list[Message] = ([{"type": "http.request", "body": body, "more_body": False}] if body is not None
                                   else []) + rest
-
-        if method == "POST" and session_id is not None and body is not None and not rest:
-            call = _tool_call(body)
-            if call is not None and await self._answer_tool_call(scope, send, principal, session_id, call):
-                return
 
         async def replay() -> Message:
             return pending.pop(0) if pending else await receive()
@@ -379,34 +499,6 @@ class McpGateway:
         finally:
             if stream_open:
                 self.registry.stream_closed(session_id)
-
-
-    async def _answer_tool_call(self, scope: Scope, send: Send, principal: Principal, session_id: str,
-                                call: tuple[int | str, str, dict[str, Any] | None]) -> bool:
-        """Answers a `tools/call` on a live, initialized session of this principal beside the SDK:
-        the same checks the SDK's transport makes on a request, the same handler, the same JSON
-        body, without its per-request streams and tasks (ADR 18). False, having sent nothing,
-        when anything is off the plain path: the SDK then answers the request itself."""
-        transport = self.manager.live_transport(session_id, scope.get("user"))
-        live = self.registry.get(session_id)
-        if transport is None or live is None or live.peer is None:
-            return False
-        request = Request(scope)
-        if not check_accept_headers(request)[0] or await transport._security.validate_request(request, is_post=True):
-            return False
-        request_id, name, arguments = call
-        with self.manager.in_flight(transport):
-            outcome = await run_tool(self.services, self.threads, principal, name, arguments)
-        result: dict[str, Any] = {"content": [{"text": outcome.text, "type": "text"}], "isError": outcome.is_error}
-        if outcome.structured is not None:
-            result["structuredContent"] = outcome.structured
-        payload = msgspec.json.encode({"jsonrpc": "2.0", "id": request_id, "result": result})
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
-            (MCP_SESSION_ID_HEADER.encode(), session_id.encode("latin-1"))]})
-        await send({"type": "http.response.body", "body": payload})
-        return True
-
 
 class AnsweredOnce:
     """An ASGI `send` that passes one response and drops anything sent after it completed.

@@ -9,13 +9,13 @@ request, whatever session it uses.
 from __future__ import annotations
 
 import asyncio
-import json
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import mcp_types as types
+import msgspec
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions
@@ -74,10 +74,12 @@ def principal_of(ctx: ServerRequestContext[Any, Any]) -> Principal:
 
 @dataclass(frozen=True)
 class ToolOutcome:
-    """What one tools/call answers: the text content, and the JSON object unless it failed."""
+    """What one tools/call answers: the text content, and the JSON object unless it failed (with
+    its JSON text, encoded once: the text content and the structured content are the same bytes)."""
 
     text: str
     structured: dict[str, Any] | None
+    encoded: bytes | None = None
 
     @property
     def is_error(self) -> bool:
@@ -87,28 +89,41 @@ class ToolOutcome:
         return types.CallToolResult(content=[types.TextContent(text=self.text)], structured_content=self.structured,
                                     is_error=self.is_error)
 
+    def answer(self, request_id: int | str) -> bytes:
+        """The JSON-RPC answer to request `request_id`, in the shape the SDK writes a
+        `CallToolResult`, with the structured content spliced in as already encoded."""
+        result: dict[str, Any] = {"content": [{"type": "text", "text": self.text}], "isError": self.is_error}
+        if self.encoded is not None:
+            result["structuredContent"] = msgspec.Raw(self.encoded)
+        return msgspec.json.encode({"jsonrpc": "2.0", "id": request_id, "result": result})
+
 
 def tool_result(answer: dict[str, Any]) -> ToolOutcome:
-    return ToolOutcome(json.dumps(answer, ensure_ascii=False, separators=(",", ":")), answer)
+    encoded = msgspec.json.encode(answer)
+    return ToolOutcome(encoded.decode(), answer, encoded)
 
 
 def tool_failure(code: str, message: str) -> ToolOutcome:
     return ToolOutcome(f"{code}: {message}", None)
 
 
-async def run_tool(services: Services, threads: Executor, principal: Principal, name: str,
-                   arguments: dict[str, Any] | None) -> ToolOutcome:
-    """One tools/call as the principal: the verb's scope check, its arguments, the application on `threads`."""
+def call_tool(services: Services, principal: Principal, name: str, arguments: dict[str, Any] | None) -> ToolOutcome:
+    """One tools/call as the principal, in the calling (worker) thread: the verb's scope check,
+    its arguments, the application."""
     verb = VERBS.get(name)
     if verb is None or name not in principal.endpoint.verbs:
         return tool_failure("forbidden", f"tool {name} is not granted to endpoint {principal.endpoint.slug}")
     try:
-        args = parse_arguments(verb, arguments)
-        answer = await asyncio.get_running_loop().run_in_executor(
-            threads, partial(verb.run, services, principal.caller, args))
-        return tool_result(answer)
+        return tool_result(verb.run(services, principal.caller, parse_arguments(verb, arguments)))
     except Exception as error:  # every failure is a tool error; unexpected ones are logged as internal
         return tool_failure(*tool_error(error, verb=name))
+
+
+async def run_tool(services: Services, threads: Executor, principal: Principal, name: str,
+                   arguments: dict[str, Any] | None) -> ToolOutcome:
+    """`call_tool` on `threads`."""
+    return await asyncio.get_running_loop().run_in_executor(
+        threads, partial(call_tool, services, principal, name, arguments))
 
 
 def build_server(services: Services, registry: SessionRegistry, threads: Executor) -> SwitchboardServer:

@@ -17,7 +17,6 @@ from typing import Any
 
 import anyio
 
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
@@ -152,18 +151,16 @@ class SessionManager(StreamableHTTPSessionManager):
         else:
             self.registry.closed(session_id)
 
-    def live_transport(self, session_id: str, user: object) -> StreamableHTTPServerTransport | None:
-        """The transport of a live session opened by this user (as the SDK's own look-up decides:
-        same session table, same owner check), else None."""
+    def live_session(self, session_id: str) -> tuple[StreamableHTTPServerTransport, object] | None:
+        """The transport of a live session (the SDK's own session table) and the owner the SDK
+        bound it to, to be compared with `authorization_context` of the caller as the SDK
+        compares them; None when the SDK would not serve the session."""
         transport = self._server_instances.get(session_id)
         if transport is None or transport.is_terminated:
             return None
-        requestor = authorization_context(user) if isinstance(user, AuthenticatedUser) else None
-        if requestor != self._session_owners.get(session_id):
-            return None
         if transport.idle_scope is not None and transport.idle_scope.cancel_called:
             return None
-        return transport
+        return transport, self._session_owners.get(session_id)
 
     @staticmethod
     @contextmanager
