@@ -65,8 +65,9 @@ class RequestGuard:
         if declared is not None and declared > limit:
             return await self.app(scope, receive, send)  # the route refuses it by its size, unread
         try:
-            messages = await asyncio.wait_for(_buffer(receive, limit), self.body_timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(self.body_timeout):  # no task per request, unlike wait_for before 3.12
+                messages = await _buffer(receive, limit)
+        except TimeoutError:
             return await _refuse(send, 408, "request_timeout",
                                  f"request body not received within {self.body_timeout:g} s")
 
