@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -51,6 +52,8 @@ PRUNE_EVERY = 600.0
 FORGET_EVERY = timedelta(seconds=1)
 """How often the scan drops the rings it decided more than 2 x RING_GRACE ago (not every scan)."""
 LISTEN_RETRY = 5.0
+LISTEN_TICK = 0.5
+"""How often the listener thread looks up from its connection to see whether it should stop."""
 ATTACH_WAIT = 5.0
 """How long a newly attached session waits for its connection's handle before its ring on attach
 is given up (the handle comes with the session's next message, normally at once)."""
@@ -116,10 +119,12 @@ class Doorbell:
     async def run(self) -> None:
         """Rings until cancelled (entered once, in the MCP gateway's lifespan)."""
         self._loop, self._event = asyncio.get_running_loop(), asyncio.Event()
+        stop = threading.Event()
         try:
+            if self.listen is not None:
+                threading.Thread(target=self._listen, args=(*self.listen, stop), name="switchboard-doorbell-listen",
+                                 daemon=True).start()
             async with anyio.create_task_group() as tasks:
-                if self.listen is not None:
-                    tasks.start_soon(self._listen, *self.listen)
                 while True:
                     with anyio.move_on_after(self.poll):
                         await self._event.wait()
@@ -138,6 +143,7 @@ class Doorbell:
                         self._failing = True
                     await anyio.sleep(MIN_GAP)
         finally:
+            stop.set()
             self._loop = self._event = None
 
     @staticmethod
@@ -239,28 +245,30 @@ class Doorbell:
                     log.debug("ring of %s to session %s failed: %s", ring.todo_id, session.session_id[:8], error)
         log.info("ring %d of todo %s reached no session", ring.ring_no, ring.todo_id)
 
-    async def _listen(self, conninfo: str, channel: str) -> None:
+    def _listen(self, conninfo: str, channel: str, stop: threading.Event) -> None:
         """Wakes the scan on a PostgreSQL append (by any process) that can make a ring due — the
-        writer NOTIFYs only then, saying which news (`heard`); polling covers any gap."""
+        writer NOTIFYs only then, saying which news (`heard`); polling covers any gap. Runs in its
+        own thread on a blocking connection: every commit that frees a claim NOTIFYs, and most
+        wake nothing, so they are read and passed over off the event loop (ADR 18)."""
         import psycopg
 
         lost = False
-        while True:
+        while not stop.is_set():
             try:
-                async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
-                    await conn.execute(f'LISTEN "{channel}"')
+                with psycopg.connect(conninfo, autocommit=True) as conn:
+                    conn.execute(f'LISTEN "{channel}"')
                     if lost:
                         log.warning("doorbell listener: store is back")
                         lost = False
-                    if self._event is not None:  # what was committed while it listened to nothing
-                        self._event.set()
-                    async for notice in conn.notifies():
-                        if self._event is not None and (notice.payload == RING or (notice.payload == FREED and self._blocked)
-                                                        or notice.payload not in (RING, FREED)):  # an older version's
-                            self._event.set()
+                    self.wake()  # what was committed while it listened to nothing
+                    while not stop.is_set():
+                        for notice in conn.notifies(timeout=LISTEN_TICK):
+                            if (notice.payload == RING or (notice.payload == FREED and self._blocked)
+                                    or notice.payload not in (RING, FREED)):  # an older version's
+                                self.wake()
             except Exception as error:  # the database restarted: poll until it is back
                 if not lost:
                     log.warning("doorbell listener: store unavailable (%s); polling every %.1f s, listening"
                                 " again every %.0f s", first_line(error), self.poll, LISTEN_RETRY)
                     lost = True
-            await anyio.sleep(LISTEN_RETRY)
+            stop.wait(LISTEN_RETRY)
