@@ -351,10 +351,10 @@ class McpGateway:
         too_deep = body is not None and json_too_deep(body)  # the SDK's parser would recurse into a RecursionError
         version = headers.get(_PROTOCOL_VERSION)
         modern = version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS
+        digest = hashlib.sha256(credential.encode()).digest()
         plain = None
         if body is not None and not rest and not too_deep and not modern:
-            plain = await self._plain_call(scope, headers, body, credential)
-        digest = hashlib.sha256(credential.encode()).digest()
+            plain = await self._plain_call(scope, headers, body, digest)
         try:
             if plain is not None:
                 with self.manager.in_flight(plain.transport):
@@ -390,7 +390,7 @@ class McpGateway:
             self._holders[digest] = endpoint_id
 
     async def _plain_call(self, scope: Scope, headers: dict[bytes, bytes], body: bytes,
-                          credential: str) -> _PlainCall | None:
+                          digest: bytes) -> _PlainCall | None:
         """A plain `tools/call` on a live, initialized session that this credential opened last
         time, with every check the SDK's transport makes on it that does not depend on who calls
         (ADR 18): its session table, its Accept check, its Host/Origin and Content-Type check.
@@ -408,7 +408,7 @@ class McpGateway:
             return None
         # Only a session of the endpoint this credential opened last counts its request as one in
         # flight before the credential is checked (the check itself decides whether the tool runs).
-        if self._holders.get(hashlib.sha256(credential.encode()).digest()) != live.endpoint_id:
+        if self._holders.get(digest) != live.endpoint_id:
             return None
         transport, owner = found
         if not await self._passes_transport_checks(scope, headers, transport):

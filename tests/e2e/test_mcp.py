@@ -266,6 +266,37 @@ def test_requests_are_answered_with_one_json_body_and_the_get_stream_stays_sse(s
         assert http.post(url, headers={**accept, **session}, json=call).status_code == 404
 
 
+def test_a_tools_call_on_its_own_session_at_another_endpoints_url_is_refused_and_runs_nothing(stack):
+    """The plain tools/call path authenticates and runs the tool in one hop (ADR 18): the tool
+    runs only once the credential is known to open this URL's endpoint and own the session."""
+    mine = stack.vend(agent("own"), "--queue", "work")
+    other = stack.vend(agent("elsewhere"), "--queue", "work")
+    accept = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    with httpx.Client(timeout=10) as http:
+        init = http.post(mine["mcp_url"], headers={**accept, **bearer(mine)}, json={
+            "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": HANDSHAKE, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+        session = {**bearer(mine), "mcp-session-id": init.headers["mcp-session-id"], "mcp-protocol-version": HANDSHAKE}
+        assert http.post(mine["mcp_url"], headers={**accept, **session},
+                         json={"jsonrpc": "2.0", "method": "notifications/initialized"}).status_code == 202
+
+        def claim_next(url: str) -> httpx.Response:
+            return http.post(url, headers={**accept, **session}, json={
+                "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "claim_next", "arguments": {}}})
+
+        assert claim_next(mine["mcp_url"]).json()["result"]["structuredContent"] == {"empty": True}
+        pushed = stack.cli.json("todo", "push", mine["slug"], "stay pending", "--queue", "work")
+        todo_id = pushed["id"] if "id" in pushed else pushed["todo"]["id"]
+        refused = claim_next(other["mcp_url"])
+        assert refused.status_code == 403, refused.text
+        assert refused.json() == {"error": "this credential does not open this endpoint", "code": "forbidden"}
+        got = http.post(mine["mcp_url"], headers={**accept, **session}, json={
+            "jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "get_todo", "arguments": {"id": todo_id}}})
+        assert got.json()["result"]["structuredContent"]["state"] == "pending"
+        claimed = claim_next(mine["mcp_url"]).json()["result"]["structuredContent"]
+        assert claimed["todo"]["id"] == todo_id
+
+
 def test_round_trip_from_a_signed_delivery_to_a_completed_todo(stack):
     vend = stack.vend(agent("builder"), "--queue", "builds", "--source-types", "github")
 
