@@ -224,7 +224,7 @@ class BatchSplit:
         self._row: dict = {}
         writer, recorder = container.store.writer, container.store.recorder
         self._recorders, self._coalesce = recorders, recorders.coalesce_ops
-        process, commit, append, insert = writer._process, writer._commit, writer._append, recorder.insert_events
+        process, commit, append, insert = writer._process, writer._commit, writer._append, recorder.append
 
         def timed(function: Callable, key: str) -> Callable:
             def run(*args, **kwargs):
@@ -252,13 +252,13 @@ class BatchSplit:
             self._row["statements"] = self._row.get("statements", 0) + len(out) + 4  # + BEGIN, LOCK, INSERT, COMMIT
             return out
 
-        def insert_events(stored, **kwargs):
+        def recorder_append(stored, **kwargs):
             if kwargs.get("notify"):  # the doorbell's NOTIFY, sent only by some commits (ADR 11)
                 self._row["statements"] = self._row.get("statements", 0) + 1
             return timed(insert, "round trip")(stored, **kwargs)
 
         writer._process, writer._commit = batch, timed(commit, "commit")
-        writer._append, recorder.insert_events = timed(append, "append"), insert_events
+        writer._append, recorder.append = timed(append, "append"), recorder_append
         recorders.coalesce_ops = coalesce
 
     def close(self) -> None:
