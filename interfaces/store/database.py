@@ -486,6 +486,21 @@ class Database:
         with self._pool.connection() as conn:
             yield conn
 
+    def maintain(self, sql: str, *, lock_timeout_ms: int) -> None:
+        """PostgreSQL: a statement that cannot run in a transaction (VACUUM), waiting at most
+        `lock_timeout_ms` for its locks (`LockBusy` after that: it did nothing)."""
+        try:
+            with self.connection() as conn:
+                conn.execute(f"SET lock_timeout = {int(lock_timeout_ms)}")
+                try:
+                    conn.execute(sql)
+                finally:
+                    conn.execute("RESET lock_timeout")
+        except psycopg.errors.LockNotAvailable as error:
+            raise LockBusy(f"lock not granted in {lock_timeout_ms} ms: {first_line(error)}") from None
+        except psycopg.OperationalError as error:
+            raise StoreUnavailable(f"store unavailable: {first_line(error)}") from None
+
     def ping(self, timeout: float = POOL_WAIT) -> bool:
         """Whether the database answers (for /healthz): a connection within `timeout` seconds."""
         try:
