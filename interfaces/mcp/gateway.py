@@ -1,11 +1,12 @@
 """`POST|GET|DELETE /mcp/{slug}`: authenticate, bound and steer each request, then hand it to the SDK.
 
-Order of checks (docs/adr/0010-mcp-transport.md): path (404), method (405), bearer credential
-(401 with `WWW-Authenticate`), slug (403), protocol era (a modern-era request is refused with
-JSON-RPC `-32022` naming the handshake versions, so the SDK client falls back to `initialize`),
-body size (413). Only then does the SDK's session manager see the request, with the endpoint
-and its scoped `Caller` in the ASGI scope. Blocking work runs in worker threads.
-"""
+Order of answers (docs/adr/0010-mcp-transport.md): path (404), method (405), bearer credential
+(401 with `WWW-Authenticate`), slug (403), body size (413), JSON depth (400), protocol era (a
+modern-era request is refused with JSON-RPC `-32022` naming the handshake versions, so the SDK
+client falls back to `initialize`). Only then does the SDK's session manager see the request,
+with the endpoint and its scoped `Caller` in the ASGI scope — except a plain `tools/call` on a
+live session, which is authenticated and answered in one hop to a worker thread (ADR 18).
+Blocking work runs in worker threads."""
 
 from __future__ import annotations
 
@@ -391,10 +392,11 @@ class McpGateway:
 
     async def _plain_call(self, scope: Scope, headers: dict[bytes, bytes], body: bytes,
                           digest: bytes) -> _PlainCall | None:
-        """A plain `tools/call` on a live, initialized session that this credential opened last
-        time, with every check the SDK's transport makes on it that does not depend on who calls
-        (ADR 18): its session table, its Accept check, its Host/Origin and Content-Type check.
-        None when anything is off that path: the SDK then answers the request itself."""
+        """A plain `tools/call` on a live, initialized session of the endpoint this credential
+        opened on its previous request, with every check the SDK's transport makes on it that
+        does not depend on who calls (ADR 18): its session table, its Accept check, its
+        Host/Origin and Content-Type check. None when anything is off that path: the request then
+        goes on as any other (403, or the SDK answers it itself)."""
         raw_session = headers.get(_SESSION_ID)
         if raw_session is None:
             return None
