@@ -248,7 +248,7 @@ class Tx:
         run_ops(self._cursor, ops, "?" if self._sqlite else "%s")
 
 
-def _storable(params: Sequence[Any]) -> tuple[Any, ...]:
+def storable(params: Sequence[Any]) -> tuple[Any, ...]:
     """PostgreSQL text cannot hold NUL; replaced the same way on every store (rebuild equals live)."""
     return tuple(p.replace("\x00", "\ufffd") if isinstance(p, str) and "\x00" in p else p for p in params)
 
@@ -266,9 +266,9 @@ def run_ops(cursor: Any, ops: Sequence[tuple[str, Sequence[Any]]], placeholder: 
             j += 1
         statement = sql if placeholder == "%s" else sql.replace("%s", placeholder)
         if j - i == 1:
-            cursor.execute(statement, _storable(ops[i][1]))
+            cursor.execute(statement, storable(ops[i][1]))
         else:
-            cursor.executemany(statement, [_storable(op[1]) for op in ops[i:j]])
+            cursor.executemany(statement, [storable(op[1]) for op in ops[i:j]])
         i = j
 
 
@@ -370,7 +370,7 @@ def coalesce_ops(ops: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[str, tu
         rows.clear()
 
     for sql, raw in ops:
-        params = _storable(raw)
+        params = storable(raw)
         keyed = _keyed(sql, params)
         if keyed is None:
             flush()
