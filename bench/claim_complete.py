@@ -22,6 +22,9 @@ and dropped at the end, even on failure. Phases, all in one run:
 
 `--profile DIR` also writes cProfile files (one per worker thread and one for the writer
 thread) for the first Switchboard/PostgreSQL round, and prints the top functions.
+Each drain also prints the CPU it used per todo: this process (all its threads), its child
+processes, and the PostgreSQL backends of its database (`CpuMeter`); on a busy machine that is
+steadier than the rates.
 `--split` times each writer batch of that round's drain instead: its size, the handlers, encoding
 and ops, the append's one round trip, and the statements it sent (`split_writer`).
 """
@@ -103,6 +106,54 @@ def pg_settings(url: str) -> dict[str, str]:
     with psycopg.connect(url) as conn:
         return dict(conn.execute("SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
                                  (list(PG_SETTINGS),)).fetchall())
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _pid_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a process has used; 0 if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+class CpuMeter:
+    """CPU used during a drain, by whom: this process (every thread), its child processes (the
+    projector), and the PostgreSQL backends connected to the drain's database. Per todo, it is
+    what the machine's other work skews least (a throughput is a share of a busy machine)."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.dbname = url, url.rsplit("/", 1)[1]
+
+    def _others(self) -> dict[str, dict[int, float]]:
+        kids = [int(p) for task in Path("/proc/self/task").iterdir()
+                for p in (task / "children").read_text().split()]
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            backends = [row[0] for row in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", (self.dbname,))]
+        return {"children": {p: _pid_cpu(p) for p in kids}, "backends": {p: _pid_cpu(p) for p in backends}}
+
+    def __enter__(self) -> CpuMeter:
+        self._before, self._own = self._others(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        own = time.process_time() - self._own
+        after = self._others()
+        self.used = {"process": own} | {
+            kind: sum(cpu - self._before[kind].get(pid, 0.0) for pid, cpu in after[kind].items())
+            for kind in after}
+
+    def per_todo(self, todos: int) -> str:
+        """`process 212 + projector 0 + postgres 95 = 307 µs` per todo."""
+        if not todos:
+            return "-"
+        parts = [f"{kind} {self.used[kind] / todos * 1e6:.0f}" for kind in ("process", "children", "backends")]
+        return " + ".join(parts).replace("children", "projector").replace("backends", "postgres") \
+            + f" = {sum(self.used.values()) / todos * 1e6:.0f} µs CPU per todo"
 
 
 def run_threads(count: int, target: Callable[[int, threading.Barrier], int]) -> tuple[float, list[int], list[BaseException]]:
@@ -224,7 +275,7 @@ class BatchSplit:
         self._row: dict = {}
         writer, recorder = container.store.writer, container.store.recorder
         self._recorders, self._coalesce = recorders, recorders.coalesce_ops
-        process, commit, append, insert = writer._process, writer._commit, writer._append, recorder.insert_events
+        process, commit, append, insert = writer._process, writer._commit, writer._append, recorder.append
 
         def timed(function: Callable, key: str) -> Callable:
             def run(*args, **kwargs):
@@ -252,13 +303,13 @@ class BatchSplit:
             self._row["statements"] = self._row.get("statements", 0) + len(out) + 4  # + BEGIN, LOCK, INSERT, COMMIT
             return out
 
-        def insert_events(stored, **kwargs):
+        def recorder_append(stored, **kwargs):
             if kwargs.get("notify"):  # the doorbell's NOTIFY, sent only by some commits (ADR 11)
                 self._row["statements"] = self._row.get("statements", 0) + 1
             return timed(insert, "round trip")(stored, **kwargs)
 
         writer._process, writer._commit = batch, timed(commit, "commit")
-        writer._append, recorder.insert_events = timed(append, "append"), insert_events
+        writer._append, recorder.append = timed(append, "append"), recorder_append
         recorders.coalesce_ops = coalesce
 
     def close(self) -> None:
@@ -304,7 +355,8 @@ def switchboard_round(url: str, todos: int, workers: int, data_dir: str, *, prof
             profile_writer(container, profile_dir)
         splitter = BatchSplit(container) if split and container.store.url.dialect == "postgres" else None
         try:
-            seconds, done, errors = drain(container, slug, workers, profile_dir, batch=batch)
+            with CpuMeter(url) as cpu:
+                seconds, done, errors = drain(container, slug, workers, profile_dir, batch=batch)
         finally:
             if splitter is not None:
                 splitter.close()
@@ -319,6 +371,7 @@ def switchboard_round(url: str, todos: int, workers: int, data_dir: str, *, prof
         result = {
             "rate": done / seconds if seconds else 0.0, "seconds": seconds, "done": done,
             "errors": errors, "push_rate": todos / push_seconds, "events": events,
+            "cpu": cpu.per_todo(done) if container.store.url.dialect == "postgres" else "-",
         }
         if keep:
             result["container"] = container
@@ -380,12 +433,14 @@ def raw_round(url: str, todos: int, workers: int, batch: int | None = None) -> d
                 done += 1
 
     try:
-        seconds, results, errors = run_threads(workers, work)
+        with CpuMeter(url) as cpu:
+            seconds, results, errors = run_threads(workers, work)
     finally:
         for c in connections:
             c.close()
     done = sum(results)
-    return {"rate": done / seconds if seconds else 0.0, "seconds": seconds, "done": done, "errors": errors}
+    return {"rate": done / seconds if seconds else 0.0, "seconds": seconds, "done": done, "errors": errors,
+            "cpu": cpu.per_todo(done)}
 
 
 # -- rebuild ---------------------------------------------------------------------------
@@ -505,6 +560,7 @@ def main() -> int:
             dbs.drop(url)
             log(f"[round {r}] raw sql/pg:     {raw['rate']:8.1f} todos/s  ({raw['done']} in {raw['seconds']:.2f}s;"
                 f" errors {len(raw['errors'])})")
+            log(f"[round {r}] cpu: switchboard {sb['cpu']}; raw sql {raw['cpu']}")
             ratio = sb["rate"] / raw["rate"] if raw["rate"] else 0.0
             log(f"[round {r}] ratio switchboard/raw = {ratio:.3f}  (load %.2f)" % os.getloadavg()[0])
             summary["pairs"].append((sb["rate"], raw["rate"], ratio, sb["done"], raw["done"]))
@@ -529,6 +585,7 @@ def main() -> int:
                 log(f"[round {r}] batch of {args.batch}: switchboard/pg {sb_b['rate']:8.1f} todos/s"
                     f" ({sb_b['done']}; errors {len(sb_b['errors'])}) | raw sql {raw_b['rate']:8.1f} todos/s"
                     f" ({raw_b['done']}) | ratio {ratio_b:.3f}  (load %.2f)" % os.getloadavg()[0])
+                log(f"[round {r}] batch cpu: switchboard {sb_b['cpu']}; raw sql {raw_b['cpu']}")
                 summary.setdefault("batch_pairs", []).append((sb_b["rate"], raw_b["rate"], ratio_b))
 
         if args.profile:

@@ -26,6 +26,7 @@ from domain.retention import parse_age
 from domain.errors import DomainError, InvalidArgument
 from domain.queue import parse_delay
 from interfaces.settings import Settings
+from interfaces.store.views import RECLAIM_LOCK_WAIT_MS
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 CLI = Caller.cli()  # the CLI acts with every operator's rights
@@ -300,7 +301,11 @@ def cmd_retention_prune(args, out: Output) -> int:
             line += f"; payload store {r['store_bytes_before']:,} -> {r['store_bytes_after']:,} bytes on disk"
             if r.get("vacuumed"):
                 line += f" after VACUUM of {', '.join(r['vacuumed'])}"
-            if r.get("space") == "store":
+            if r.get("reclaim") == "busy":
+                line += (f"\n--reclaim did not run: the payload store stayed in use for {RECLAIM_LOCK_WAIT_MS / 1000:g} s"
+                         " (nothing was rewritten); the freed space is reused by new payloads; run it again in a"
+                         " quieter moment")
+            elif r.get("space") == "store":
                 line += ("\nthe freed space is reused by new payloads; the files keep their size"
                          " (--reclaim gives it back to the system, locking the payload store while it runs)")
             elif r.get("space") is None:

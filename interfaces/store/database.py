@@ -262,7 +262,7 @@ class Tx:
                 self._cursor.execute(sql, params)
 
 
-def _storable(params: Sequence[Any]) -> tuple[Any, ...]:
+def storable(params: Sequence[Any]) -> tuple[Any, ...]:
     """PostgreSQL text cannot hold NUL; replaced the same way on every store (rebuild equals live)."""
     return tuple(p.replace("\x00", "\ufffd") if isinstance(p, str) and "\x00" in p else p for p in params)
 
@@ -280,9 +280,9 @@ def run_ops(cursor: Any, ops: Sequence[tuple[str, Sequence[Any]]], placeholder: 
             j += 1
         statement = sql if placeholder == "%s" else sql.replace("%s", placeholder)
         if j - i == 1:
-            cursor.execute(statement, _storable(ops[i][1]))
+            cursor.execute(statement, storable(ops[i][1]))
         else:
-            cursor.executemany(statement, [_storable(op[1]) for op in ops[i:j]])
+            cursor.executemany(statement, [storable(op[1]) for op in ops[i:j]])
         i = j
 
 
@@ -411,7 +411,7 @@ def coalesce_ops(ops: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[str, tu
         rows.clear()
 
     for sql, raw in ops:
-        params = _storable(raw)
+        params = storable(raw)
         keyed = _keyed(sql, params)
         if keyed is None:
             flush()
@@ -540,6 +540,21 @@ class Database:
         assert self._pool is not None, "PostgreSQL only"
         with self._pool.connection() as conn:
             yield conn
+
+    def maintain(self, sql: str, *, lock_timeout_ms: int) -> None:
+        """PostgreSQL: a statement that cannot run in a transaction (VACUUM), waiting at most
+        `lock_timeout_ms` for its locks (`LockBusy` after that: it did nothing)."""
+        try:
+            with self.connection() as conn:
+                conn.execute(f"SET lock_timeout = {int(lock_timeout_ms)}")
+                try:
+                    conn.execute(sql)
+                finally:
+                    conn.execute("RESET lock_timeout")
+        except psycopg.errors.LockNotAvailable as error:
+            raise LockBusy(f"lock not granted in {lock_timeout_ms} ms: {first_line(error)}") from None
+        except psycopg.OperationalError as error:
+            raise StoreUnavailable(f"store unavailable: {first_line(error)}") from None
 
     def ping(self, timeout: float = POOL_WAIT) -> bool:
         """Whether the database answers (for /healthz): a connection within `timeout` seconds."""

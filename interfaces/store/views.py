@@ -11,11 +11,14 @@ from application.presenters import iso, row
 from domain.queue import RATE_WINDOW
 from domain.routing import envelope_with_payload
 from interfaces.store.blobs import TABLE as PAYLOADS, unpack
-from interfaces.store.database import Database
+from interfaces.store.database import Database, LockBusy
 from interfaces.store.projector import Projector
 from projections.base import from_micros, micros
 from projections.todo_rows import COLUMNS
 
+
+RECLAIM_LOCK_WAIT_MS = 2000
+"""How long `retention prune --reclaim` waits for the payload store's exclusive lock."""
 
 _ENVELOPES = (
     "SELECT d.event_id, d.envelope, d.payload_form, b.codec, b.data FROM sb_stored_deliveries d"
@@ -291,7 +294,9 @@ class SqlViews:
         reference — so new rows reuse that space; only a table's empty tail goes back to the
         system. `reclaim`: then `VACUUM FULL` of the payload store, which rewrites it into new files
         and gives all its free space back to the system, holding an ACCESS EXCLUSIVE lock on it
-        meanwhile (every append that stores bytes and every payload read waits)."""
+        meanwhile (every append that stores bytes and every payload read waits). It waits at most
+        `RECLAIM_LOCK_WAIT_MS` for that lock — while it waits, every later user of the table queues
+        behind it — and else gives up: `reclaim: "busy"`, the space stays with the store."""
         if self.db.dialect == "sqlite":
             self.db.query("VACUUM")
             return {"vacuumed": ["database"], "space": "system"}
@@ -299,12 +304,15 @@ class SqlViews:
         for table in (PAYLOADS, *(("stored_events", "sb_inline_payloads") if rewritten else ())):
             self.db.query(f"VACUUM {table}")
             done.append(table)
-        if reclaim:
-            # after the plain VACUUM: a VACUUM FULL keeps every row a transaction running anywhere in
-            # the cluster (another database too) might still see, the plain one only this database's
-            self.db.query(f"VACUUM FULL {PAYLOADS}")
-            done.append(f"{PAYLOADS} (FULL)")
-        return {"vacuumed": done, "space": "system" if reclaim else "store"}
+        if not reclaim:
+            return {"vacuumed": done, "space": "store"}
+        # after the plain VACUUM: a VACUUM FULL keeps every row a transaction running anywhere in
+        # the cluster (another database too) might still see, the plain one only this database's
+        try:
+            self.db.maintain(f"VACUUM FULL {PAYLOADS}", lock_timeout_ms=RECLAIM_LOCK_WAIT_MS)
+        except LockBusy:
+            return {"vacuumed": done, "space": "store", "reclaim": "busy"}
+        return {"vacuumed": [*done, f"{PAYLOADS} (FULL)"], "space": "system", "reclaim": "done"}
 
     def list_deliveries(self, *, webhook_id: str | None, endpoint_ids: Sequence[str] | None, limit: int,
                         before: int | None) -> tuple[list[dict[str, Any]], int | None]:

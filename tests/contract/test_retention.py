@@ -7,14 +7,17 @@ import hashlib
 import json
 import secrets
 from datetime import timedelta
+import time
 from uuid import uuid4
 
+import psycopg
 import pytest
 
 from application.audit import verify_lines
 from domain.errors import InvalidArgument
 from domain.retention import parse_age
 from domain.todo import Todo
+from interfaces.store.views import RECLAIM_LOCK_WAIT_MS
 from tests.contract.harness import CLI, Harness, agent, container_on, unique
 from tests.contract.test_payloads_once import BODY, fan_out, github
 
@@ -166,6 +169,28 @@ def test_reclaim_gives_the_freed_space_back_to_the_system(sb):
     assert done["store_bytes_after"] < done["store_bytes_before"] - 0.8 * done["bytes"], done
     again = sb.container.retention.prune("30d", caller=CLI, reclaim=True)  # nothing new to prune: it still runs
     assert (again["payloads"], again["vacuumed"], again["space"]) == (0, full, "system")
+
+
+def test_reclaim_gives_up_when_the_payload_store_stays_in_use(sb):
+    """VACUUM FULL waits for an exclusive lock, and every later user of the table queues behind it:
+    it waits at most RECLAIM_LOCK_WAIT_MS, then leaves the space with the store and says so."""
+    if sb.url.startswith("sqlite"):
+        pytest.skip("SQLite's VACUUM takes the database, not a table lock")
+    endpoint = sb.app.vend(unique("bulk"), queues=["work"], caller=CLI)
+    open_many(sb, endpoint["endpoint_id"], 200, "old", finish=True, noise=2000)
+    sb.clock.advance(days=31)
+    with psycopg.connect(sb.url, autocommit=True) as reader:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM sb_blobs").fetchall()  # holds ACCESS SHARE until it ends
+        started = time.monotonic()
+        busy = sb.container.retention.prune("30d", caller=CLI, reclaim=True)
+        waited = time.monotonic() - started
+        reader.execute("ROLLBACK")
+    assert (busy["payloads"], busy["vacuumed"], busy["space"], busy["reclaim"]) == (400, ["sb_blobs"], "store", "busy")
+    assert RECLAIM_LOCK_WAIT_MS / 1000 <= waited < RECLAIM_LOCK_WAIT_MS / 1000 + 5, waited
+    assert sb.app.push(endpoint["slug"], "after", caller=CLI, payload={"x": 1})["todo"]["id"]  # nothing left locked
+    again = sb.container.retention.prune("30d", caller=CLI, reclaim=True)  # the store is quiet now
+    assert (again["vacuumed"], again["space"], again["reclaim"]) == (["sb_blobs", "sb_blobs (FULL)"], "system", "done")
 
 
 def _stattuple(sb, column: str) -> int:
