@@ -379,7 +379,7 @@ def coalesce_ops(ops: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[str, tu
     is an additive upsert (`add`: the increments are summed into one row, as adding commutes) or
     `ON CONFLICT ... DO NOTHING` with the same parameters (the repeat does nothing, and is left
     out). Any other op, and any other second naming of a row, ends the stretch; nothing moves
-    across it. NUL in text is replaced first (`_storable`), as `run_ops` does.
+    across it. NUL in text is replaced first (`storable`), as `run_ops` does.
     """
     out: list[tuple[str, tuple[Any, ...]]] = []
     groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
