@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID, uuid4
@@ -21,7 +22,7 @@ from application.rules import rule_set_of
 from application.todos import open_or_reuse
 from domain.delivery import DELIVERY_PREFIX, Delivery
 from domain.endpoint import Endpoint, endpoint_uuid_of
-from domain.errors import NotFound
+from domain.errors import DomainError, NotFound
 from domain.events import Aggregate
 from domain.idempotency import IdempotencyKey, key_uuid
 from domain.ingest import (
@@ -37,6 +38,23 @@ from domain.webhook import Webhook
 
 MEMO_SIZE = 10_000
 _TOKEN = re.compile(r"[0-9a-f]{32}")
+
+
+class StaleCopy(Exception):
+    """Raised when a delivery decided on kept copies of its webhook and endpoints may have been
+    decided wrongly: its command, run again on fresh state, found one changed, or the copies
+    refused it. Ingest then reads them and decides again."""
+
+
+@contextmanager
+def _confirmed_afresh(decided_on: tuple[tuple[UUID, int], ...]) -> Iterator[None]:
+    """A refusal decided on copies becomes `StaleCopy` (refused only if fresh state refuses it too)."""
+    try:
+        yield
+    except DomainError:
+        if decided_on:
+            raise StaleCopy("refused on kept copies; to be decided on fresh state") from None
+        raise
 
 
 @dataclass(frozen=True)
@@ -69,6 +87,10 @@ class Ingest:
         # routes), so one read fetches the webhook, its endpoints and the idempotency keys together
         self._shapes: dict[UUID, tuple[str, str, tuple[str, ...]]] = {}
         self._rule_sets: dict[tuple[UUID, int], RuleSet] = {}
+        # per webhook, the copies of it and its endpoints (owner, then routes) its last read gave:
+        # a delivery is decided on them without a read, and its append checks they are still
+        # current (`DeliveryAccepted.decided_on`, docs/adr/0031)
+        self._copies: dict[UUID, dict[UUID, Aggregate | None]] = {}
 
     def _locate(self, digest: str) -> tuple[UUID, UUID] | None:
         """(webhook, owner endpoint) ids for a token hash; the pairing never changes, so it is memoised."""
@@ -86,13 +108,17 @@ class Ingest:
         located = self._located[digest] = (webhook.id, endpoint_uuid_of(webhook.endpoint_id))
         return located
 
-    def resolve(self, token: str, *, headers: Mapping[str, str] | None = None,
-                body: bytes = b"") -> tuple[Webhook, Endpoint, dict[UUID, Any]]:
-        """The live webhook whose current URL carries this token, its owner, and what was read.
+    def resolve(self, token: str, *, headers: Mapping[str, str] | None = None, body: bytes = b"",
+                copies: bool = False) -> tuple[Webhook, Endpoint, dict[UUID, Any], tuple[tuple[UUID, int], ...]]:
+        """The live webhook whose current URL carries this token, its owner, what was read, and
+        the streams decided on from copies (with their versions; none when all was read now).
 
         Given a delivery's (lowered) headers and body, the same read also fetches the
         idempotency keys it will name, as far as the webhook's last seen version predicts them:
         one round trip per delivery while nothing changes (`ingest` reads what a stale guess missed).
+        With `copies`, the webhook and its endpoints are the copies the last read of them gave,
+        and the keys are taken as absent, without a read: a key that exists makes the append lose
+        its race, and the command runs again on fresh state.
         """
         if not _TOKEN.fullmatch(token or ""):
             raise NotFound("unknown webhook")
@@ -109,17 +135,28 @@ class Ingest:
             if headers is not None and source_type != "cairn":  # a cairn id is in the verified body
                 key = _delivery_key(webhook_id, headers, source_type, None, body)
                 wanted.extend((IdempotencyKey, key_uuid(t, key)) for t in targets)
-        loaded = self.store.load_many(wanted)
+        kept = self._copies.get(webhook_id_) if copies and shape is not None else None
+        decided_on: tuple[tuple[UUID, int], ...] = ()
+        if kept is not None and all(cls is IdempotencyKey or i in kept for cls, i in wanted):
+            loaded = {i: None if cls is IdempotencyKey else kept[i] for cls, i in wanted}
+            decided_on = tuple((a.id, a.version) for a in kept.values() if a is not None)
+        else:
+            loaded = self.store.load_many(wanted)
+            if len(self._copies) >= MEMO_SIZE:
+                self._copies.clear()
+            self._copies[webhook_id_] = {aggregate_id: loaded[aggregate_id]
+                                         for cls, aggregate_id in wanted if cls is not IdempotencyKey}
         webhook, owner = loaded[webhook_id_], loaded[owner_id]
         # the aggregate, not the (eventually consistent) index, says which token is current
-        if webhook is None or webhook.deleted or webhook.token_sha256 != digest:
-            raise NotFound("unknown webhook")
-        if owner is None or not owner.is_active(self.clock.now()):
-            raise NotFound("unknown webhook")
+        with _confirmed_afresh(decided_on):
+            if webhook is None or webhook.deleted or webhook.token_sha256 != digest:
+                raise NotFound("unknown webhook")
+            if owner is None or not owner.is_active(self.clock.now()):
+                raise NotFound("unknown webhook")
         if len(self._shapes) >= MEMO_SIZE:
             self._shapes.clear()
         self._shapes[webhook_id_] = (webhook.source_type, webhook.webhook_id, webhook.targets)
-        return webhook, owner, loaded
+        return webhook, owner, loaded, decided_on
 
     def _rules_of(self, webhook: Webhook) -> RuleSet:
         """The saved rule set, parsed once per webhook version."""
@@ -133,40 +170,55 @@ class Ingest:
 
     def ingest(self, token: str, headers: Mapping[str, str], body: bytes, *,
                remote_addr: str | None = None) -> Ingested:
-        """Verifies, routes and records one delivery."""
+        """Verifies, routes and records one delivery: decided on the copies of its webhook and
+        endpoints kept from their last read if there are any, else (or if one has changed since)
+        on what a read gives now."""
+        try:
+            return self._ingest(token, headers, body, remote_addr, copies=True)
+        except StaleCopy:
+            located = self._located.get(hashlib.sha256(token.encode()).hexdigest())
+            if located is not None:
+                self._copies.pop(located[0], None)
+            return self._ingest(token, headers, body, remote_addr, copies=False)
+
+    def _ingest(self, token: str, headers: Mapping[str, str], body: bytes, remote_addr: str | None, *,
+                copies: bool) -> Ingested:
         lowered = {k.lower(): v for k, v in headers.items()}
-        webhook, owner, loaded = self.resolve(token, headers=lowered, body=body)
-        check_single_signatures(webhook.source_type, (name for name, _ in headers.items()))
-        secret = self.box.decrypt(webhook.secret_ciphertext) if webhook.secret_ciphertext else None
-        now = self.clock.now()
-        cairn = verify_signature(webhook.source_type, secret, lowered, body, now)
-        trust_mode, verified = trust_of(webhook.source_type)
-        kind = delivery_kind(lowered, cairn)
-        key = _delivery_key(webhook.webhook_id, lowered, webhook.source_type, cairn, body)
-        content_type = lowered.get("content-type")
-        payload, payload_form = parse_payload_form(body, content_type)
-        redacted = redact_headers(lowered)
-        rule_set = self._rules_of(webhook)
-        wanted = [
-            *((Endpoint, endpoint_uuid_of(t)) for t, _ in webhook.routes),
-            *((IdempotencyKey, key_uuid(t, key)) for t in webhook.targets),
-        ]
-        loaded.update(self.store.load_many([w for w in wanted if w[1] not in loaded]))  # none, unless a guess missed
-        active = [e for t in webhook.targets if (e := loaded.get(endpoint_uuid_of(t))) is not None and e.is_active(now)]
-        sender = webhook.trust.actor(webhook.source_type, payload, verified=verified)
-        env = envelope(source=webhook.source_type, kind=kind, webhook_id=webhook.webhook_id, trust_mode=trust_mode,
-                       verified=verified, content_type=content_type, size=len(body), headers=redacted, payload=payload,
-                       actor=sender)
-        outcome = self.engine.evaluate(rule_set, env) if rule_set.rules else NoMatch()
-        decision = decide(
-            rule_set, outcome, targets=tuple(e.endpoint_id for e in active) or (owner.endpoint_id,),
-            target_queue=webhook.target_queue, scopes={e.endpoint_id: e.queues for e in active},
-            untrusted=sender if webhook.trust.holds(sender) else None,
-            subject=subject_of(webhook.source_type, kind, payload), webhook_id=webhook.webhook_id,
-        )
-        if decision.once_subject is not None:  # read before the write side, as the keys are
-            loaded.update(self.store.load_many([(OnceKey, once_uuid(t, decision.queue, decision.once_subject))
-                                                for t in decision.endpoints]))
+        webhook, owner, loaded, decided_on = self.resolve(token, headers=lowered, body=body, copies=copies)
+        with _confirmed_afresh(decided_on):  # a refusal decided on copies is checked on fresh state
+            check_single_signatures(webhook.source_type, (name for name, _ in headers.items()))
+            secret = self.box.decrypt(webhook.secret_ciphertext) if webhook.secret_ciphertext else None
+            now = self.clock.now()
+            cairn = verify_signature(webhook.source_type, secret, lowered, body, now)
+            trust_mode, verified = trust_of(webhook.source_type)
+            kind = delivery_kind(lowered, cairn)
+            key = _delivery_key(webhook.webhook_id, lowered, webhook.source_type, cairn, body)
+            content_type = lowered.get("content-type")
+            payload, payload_form = parse_payload_form(body, content_type)
+            redacted = redact_headers(lowered)
+            rule_set = self._rules_of(webhook)
+            wanted = [
+                *((Endpoint, endpoint_uuid_of(t)) for t, _ in webhook.routes),
+                *((IdempotencyKey, key_uuid(t, key)) for t in webhook.targets),
+            ]
+            if decided_on:  # keys taken as absent, like the others (a cairn key is known only now)
+                loaded.update({i: None for cls, i in wanted if cls is IdempotencyKey and i not in loaded})
+            loaded.update(self.store.load_many([w for w in wanted if w[1] not in loaded]))  # none, unless a guess missed
+            active = [e for t in webhook.targets if (e := loaded.get(endpoint_uuid_of(t))) is not None and e.is_active(now)]
+            sender = webhook.trust.actor(webhook.source_type, payload, verified=verified)
+            env = envelope(source=webhook.source_type, kind=kind, webhook_id=webhook.webhook_id, trust_mode=trust_mode,
+                           verified=verified, content_type=content_type, size=len(body), headers=redacted, payload=payload,
+                           actor=sender)
+            outcome = self.engine.evaluate(rule_set, env) if rule_set.rules else NoMatch()
+            decision = decide(
+                rule_set, outcome, targets=tuple(e.endpoint_id for e in active) or (owner.endpoint_id,),
+                target_queue=webhook.target_queue, scopes={e.endpoint_id: e.queues for e in active},
+                untrusted=sender if webhook.trust.holds(sender) else None,
+                subject=subject_of(webhook.source_type, kind, payload), webhook_id=webhook.webhook_id,
+            )
+            if decision.once_subject is not None:  # read before the write side, as the keys are
+                loaded.update(self.store.load_many([(OnceKey, once_uuid(t, decision.queue, decision.once_subject))
+                                                    for t in decision.endpoints]))
         title = derive_title(webhook.source_type, kind, payload, body=body, content_type=content_type)
         body_ref = ref_of(body)  # the delivery and each todo it opens name these bytes once (docs/adr/0027)
         queue = QUARANTINE if decision.faulted else decision.queue
@@ -187,11 +239,24 @@ class Ingest:
             ref = {"id": todo.todo_id, "endpoint_id": target.endpoint_id, "queue": todo.queue, "created": created}
             return ref, once.repeat
 
+        versions = dict(decided_on)
+
+        def current(uow: UnitOfWork, cls: type[Aggregate], aggregate_id: UUID) -> Any:
+            """The aggregate as this run sees it; one decided on from a copy must still be at the
+            copy's version (a run on fresh state finds out when it is not)."""
+            aggregate = uow.get(cls, aggregate_id)
+            if aggregate_id in versions and (aggregate is None or aggregate.version != versions[aggregate_id]):
+                raise StaleCopy(f"{cls.__name__} {aggregate_id} changed since ingest decided on it")
+            return aggregate
+
         def handler(uow: UnitOfWork) -> tuple[list[dict[str, Any]], bool]:
+            if decided_on:
+                current(uow, Webhook, webhook.id)
+                current(uow, Endpoint, owner.id)
             todos: list[dict[str, Any]] = []
             repeat = False
             for endpoint_id in ([] if decision.drop else decision.endpoints):
-                target = uow.get(Endpoint, endpoint_uuid_of(endpoint_id))
+                target = current(uow, Endpoint, endpoint_uuid_of(endpoint_id))
                 if target is not None and target.is_active(uow.now):
                     ref, repeated = open_on(uow, target)
                     todos.append(ref)
@@ -202,11 +267,13 @@ class Ingest:
                 verified=verified, remote_addr=remote_addr, content_type=content_type, size=len(body),
                 headers=redacted, body=body, body_ref=body_ref, payload_form=payload_form, delivery_key=key,
                 disposition=decision.disposition, routing=repeat_trace(decision.trace) if repeat else decision.trace,
-                todos=todos, sender_actor=sender.to_json(),
+                todos=todos, sender_actor=sender.to_json(), decided_on=decided_on,
             ))
             return todos, repeat
 
-        todos, repeat = self.store.run(handler, hints={k: v for k, v in loaded.items() if not isinstance(v, Webhook)})
+        # the webhook too when it is a copy (the command checks it), else it is not read there
+        hints = {k: v for k, v in loaded.items() if decided_on or not isinstance(v, Webhook)}
+        todos, repeat = self.store.run(handler, hints=hints)
         return Ingested(todos=todos, verified=verified, trust_mode=trust_mode, event_id=event_id, decision=decision,
                         repeat=repeat)
 

@@ -724,7 +724,9 @@ def state_of(frames: list[str]) -> str:
     if leaf in ("Connection.wait", "BaseConnection.wait") or (leaf.endswith(".wait") and any(
             f.startswith(("Cursor.", "BaseCursor.", "Connection.", "BasePipeline.", "Pipeline.")) for f in frames[-4:])):
         return "wait: PostgreSQL round trip"
-    if "Future.result" in frames and "SqlEventStore.run" in frames:
+    if leaf == "Pipeline._communicate":  # the append's pq pipeline (interfaces/store/pipeline.py) in select()
+        return "wait: PostgreSQL round trip"
+    if ("Future.result" in frames or "Outcome.result" in frames) and "SqlEventStore.run" in frames:
         return "wait: writer (store.run)"
     if leaf == "Writer._loop":  # SimpleQueue.get is C code: the writer waits for jobs
         return "idle / blocked"
@@ -745,7 +747,7 @@ STAGES = {
         ("rule engine evaluate (IPC)", ("Ingest.ingest", "JqRuleEngine.evaluate")),
         ("AES-GCM secret decrypt", ("Ingest.ingest", "AesGcmSecretBox.decrypt")),
         ("signature verify", ("Ingest.ingest", "verify_signature")),
-        ("parse_payload (json.loads)", ("Ingest.ingest", "parse_payload")),
+        ("parse_payload_form (json.loads)", ("Ingest.ingest", "parse_payload_form")),
         ("rule_set_of", ("Ingest.ingest", "rule_set_of")),
         ("envelope / redact / title", ("Ingest.ingest", "envelope")),
         ("envelope / redact / title", ("Ingest.ingest", "redact_headers")),
@@ -756,8 +758,8 @@ STAGES = {
     "writer": [
         ("commit: insert_events + inline projections (1 txn/batch)", ("Writer._commit",)),
         ("handler: load IdempotencyKey (miss -> query)", ("open_or_reuse", "Unit.get")),
-        ("handler: load target Endpoint (not cached)", ("Ingest.ingest.<locals>.handler", "Unit.get")),
-        ("handler: Todo.open / Delivery.accept (domain)", ("Ingest.ingest.<locals>.handler",)),
+        ("handler: load target Endpoint (not cached)", ("Ingest._ingest.<locals>.handler", "Unit.get")),
+        ("handler: Todo.open / Delivery.accept (domain)", ("Ingest._ingest.<locals>.handler",)),
         ("announce to listeners", ("Writer._announce",)),
         ("waiting for jobs / linger", ("Writer._loop",)),
         ("other", ()),

@@ -46,6 +46,10 @@ class DeliveryAccepted(DomainEvent):
     body_ref: dict[str, Any] | None = None
     payload_form: str | None = None
     body_bytes: bytes | None = carried()
+    # The streams (aggregate id, version) ingest decided on from copies it kept rather than read
+    # just before (never stored): the append commits the delivery only while each stream is
+    # still at that version, else the command runs again on fresh state (docs/adr/0031).
+    decided_on: tuple[tuple[UUID, int], ...] = carried(())
 
 
 DELIVERY_EVENTS = (DeliveryAccepted,)

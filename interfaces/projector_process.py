@@ -26,6 +26,7 @@ from application.background import ProjectionWorker
 from application.errors import ConfigurationError, StoreUnavailable, first_line
 from interfaces.clock import clock_of
 from interfaces.logs import configure_logging
+from interfaces.runtime import tune_gc
 from interfaces.settings import Settings
 from interfaces.store.database import DatabaseUrl
 from interfaces.store.eventstore import SqlEventStore
@@ -93,6 +94,7 @@ def main() -> int:
         return 0
     worker = ProjectionWorker(Projector(store).catch_up)
     worker.wake = wake
+    tune_gc()
     try:
         worker.run(stop)
     finally:

@@ -37,12 +37,13 @@ CREATED, CLAIMED, COMPLETED, EXPIRED, DELIVERIES = (
     "todos_created", "todos_claimed", "todos_completed", "leases_expired", "webhook_deliveries",
 )
 
-_ADD_ONE = " ON CONFLICT (metric, a, b) DO UPDATE SET total = sb_counters.total + 1"
-_COUNT = "INSERT INTO sb_counters (metric, a, b, total) VALUES (%s, %s, %s, 1)" + _ADD_ONE
+# adds the row's own total (1): ops of one row add up, so a catch-up can sum them (`coalesce_ops`)
+_ADD = " ON CONFLICT (metric, a, b) DO UPDATE SET total = sb_counters.total + excluded.total"
+_COUNT = "INSERT INTO sb_counters (metric, a, b, total) VALUES (%s, %s, %s, %s)" + _ADD
 _COUNT_BY_QUEUE = (  # the todo's queue from this projection's own table
     "INSERT INTO sb_counters (metric, a, b, total) SELECT %s, queue, %s, 1 FROM sb_counter_queues"
     " WHERE todo_id = %s"
-) + _ADD_ONE
+) + _ADD
 
 
 def verdict(event: DeliveryAccepted) -> str:
@@ -72,7 +73,7 @@ class Counters:
             case TodoOpened():
                 return [
                     ("INSERT INTO sb_counter_queues (todo_id, queue) VALUES (%s, %s)", (todo_id, event.queue)),
-                    (_COUNT, (CREATED, event.queue, event.source)),
+                    (_COUNT, (CREATED, event.queue, event.source, 1)),
                 ]
             case TodoMoved():
                 return [("UPDATE sb_counter_queues SET queue = %s WHERE todo_id = %s", (event.queue, todo_id))]
@@ -85,5 +86,5 @@ class Counters:
             case LeaseExpired():
                 return [(_COUNT_BY_QUEUE, (EXPIRED, "", todo_id))]
             case DeliveryAccepted():
-                return [(_COUNT, (DELIVERIES, event.source, verdict(event)))]
+                return [(_COUNT, (DELIVERIES, event.source, verdict(event), 1))]
         return []

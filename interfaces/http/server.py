@@ -17,6 +17,7 @@ from application.errors import ConfigurationError, StoreUnavailable
 from application.service import Caller
 from interfaces.bootstrap import Background, build
 from interfaces.logs import configure_logging
+from interfaces.runtime import tune_gc
 from interfaces.settings import Settings, write_new_private
 from interfaces.store.database import DatabaseUrl
 
@@ -176,6 +177,7 @@ def serve(settings: Settings) -> int:
             app.state.feed.close()
 
         server = _Uvicorn(config, on_exit=stopping)
+        tune_gc()  # after start-up: what it left alive is never scanned again
         try:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, _raise_stopped)

@@ -171,8 +171,13 @@ class SqlChain:
                 at = micros(now())
                 if tx.execute(f"SELECT position FROM sb_audit_head WHERE id = 1{lock}")[0][0] != head.position:
                     continue  # sealed meanwhile by another process: from its head again
-                tx.executemany("INSERT INTO sb_audit_chain (position, hash, sealed_at) VALUES (%s, %s, %s)",
-                               [(pos, h, at) for pos, h, _ in links])
+                if self._sqlite:
+                    tx.executemany("INSERT INTO sb_audit_chain (position, hash, sealed_at) VALUES (%s, %s, %s)",
+                                   [(pos, h, at) for pos, h, _ in links])
+                else:  # one statement for the page, not one per link (each planned and run on its own)
+                    tx.execute("INSERT INTO sb_audit_chain (position, hash, sealed_at)"
+                               " SELECT p, h, %s FROM unnest(%s::bigint[], %s::text[]) AS l(p, h)",
+                               (at, [pos for pos, _, _ in links], [h for _, h, _ in links]))
                 last = links[-1]
                 tx.execute("UPDATE sb_audit_head SET position = %s, hash = %s, time = %s, sealed_at = %s WHERE id = 1",
                            (last[0], last[1], last[2], at))

@@ -247,6 +247,20 @@ class Tx:
         """Runs ops in order, batching runs of the same statement into one executemany."""
         run_ops(self._cursor, ops, "?" if self._sqlite else "%s")
 
+    def apply_ops(self, ops: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """Runs ops for their effect alone: on PostgreSQL coalesced (`coalesce_ops`) and sent as one
+        pipeline (one round trip; an error surfaces at its end and fails the transaction), on
+        SQLite one by one (`run_ops`)."""
+        if self._sqlite:
+            run_ops(self._cursor, ops, "?")
+            return
+        coalesced = coalesce_ops(ops)
+        if not coalesced:
+            return
+        with self._cursor.connection.pipeline():
+            for sql, params in coalesced:
+                self._cursor.execute(sql, params)
+
 
 def storable(params: Sequence[Any]) -> tuple[Any, ...]:
     """PostgreSQL text cannot hold NUL; replaced the same way on every store (rebuild equals live)."""
@@ -274,20 +288,28 @@ def run_ops(cursor: Any, ops: Sequence[tuple[str, Sequence[Any]]], placeholder: 
 
 _KEYED_WHERE = re.compile(r"(?:UPDATE (\w+) SET (.*)|DELETE FROM (\w+)) WHERE (\w+) = %s")
 _KEYED_UPSERT = re.compile(
-    r"INSERT INTO (\w+) \(([\w, ]+)\) VALUES (\((?:%s, )*%s\)) ON CONFLICT \((\w+)\) DO UPDATE SET (.*)")
+    r"INSERT INTO (\w+) \(([\w, ]+)\) VALUES (\((?:%s|\d+)(?:, (?:%s|\d+))*\))"
+    r" ON CONFLICT \(([\w, ]+)\) DO (?:UPDATE SET (.*)|NOTHING)")
 _KEYED_INSERT = re.compile(r"INSERT INTO (\w+) \(([\w, ]+)\) VALUES (\((?:%s|\d+)(?:, (?:%s|\d+))*\))")
+_ADDITIVE = re.compile(r"(\w+) = (\w+)\.\1 \+ excluded\.\1")
+
+RowShape = tuple[str, str, str, "int | tuple[int, ...]", "int | None"]
+"""(kind, table, key column(s), index or indexes of the key parameter(s), index of the increment)."""
 
 
 @functools.lru_cache(maxsize=256)
-def _row_key_shape(sql: str) -> tuple[str, str, str, int] | None:
-    """How a single-row op names its row: (kind, table, key column, index of the key parameter),
-    or None when it cannot be told from the statement (then the op is never moved or merged).
+def _row_key_shape(sql: str) -> RowShape | None:
+    """How a single-row op names its row: (kind, table, key column(s), index or indexes of the key
+    parameter(s), index of the increment of an additive upsert), or None when it cannot be told from
+    the statement (then the op is never moved or merged).
 
     Recognised: `UPDATE t SET ... WHERE col = %s`, `DELETE FROM t WHERE col = %s` (the key the
-    last parameter), `INSERT INTO t (cols) VALUES (%s, ...) ON CONFLICT (col) DO UPDATE SET ...`
-    (the key the parameter of `col`) and a plain `INSERT INTO t (col, ...) VALUES (%s, ...)` whose
-    values are parameters or integers (the key its first column, the one our inline tables are
-    keyed by); none with a sub-select, none that assigns its key column.
+    last parameter), `INSERT INTO t (cols) VALUES (%s, 1, ...) ON CONFLICT (col, ...) DO UPDATE SET ...`
+    (the key the parameters of the conflict columns) or `... DO NOTHING` (`nothing`), and a plain
+    `INSERT INTO t (col, ...) VALUES (%s, ...)` whose values are parameters or integers (the key its
+    first column, the one our inline tables are keyed by); none with a sub-select, none that
+    assigns its key column. An upsert whose only assignment is `c = t.c + excluded.c` is `add`:
+    its ops on one row add up (`coalesce_ops` sums their increments).
     """
     if "SELECT" in sql:
         return None
@@ -297,31 +319,44 @@ def _row_key_shape(sql: str) -> tuple[str, str, str, int] | None:
         table, assigned, deleted, column = where.groups()
         if assigned is not None and re.search(rf"\b{column}\b", assigned):
             return None
-        return ("update" if deleted is None else "delete"), table or deleted, column, count - 1
+        return ("update" if deleted is None else "delete"), table or deleted, column, count - 1, None
     upsert = _KEYED_UPSERT.fullmatch(sql)
     if upsert is not None:
-        table, columns, values, column, assigned = upsert.groups()
+        table, columns, values, conflict, assigned = upsert.groups()
         names = [c.strip() for c in columns.split(",")]
-        assigns_key = re.search(rf"\b{column}\s*=", assigned)
-        if column in names and len(names) == count == values.count("%s") and not assigns_key:
-            return "upsert", table, column, names.index(column)
-        return None
+        keys = [c.strip() for c in conflict.split(",")]
+        given = [v.strip() == "%s" for v in values[1:-1].split(",")]
+        if len(names) != len(given) or count != sum(given):
+            return None
+        param = {name: given[:i].count(True) for i, name in enumerate(names) if given[i]}  # column -> its parameter
+        if not all(k in param for k in keys):
+            return None
+        at = param[keys[0]] if len(keys) == 1 else tuple(param[k] for k in keys)
+        if assigned is None:
+            return "nothing", table, conflict, at, None
+        if any(re.search(rf"\b{k}\s*=", assigned) for k in keys):
+            return None
+        additive = _ADDITIVE.fullmatch(assigned)
+        if additive is not None and additive.group(2) == table and additive.group(1) in param \
+                and additive.group(1) not in keys:
+            return "add", table, conflict, at, param[additive.group(1)]
+        return "upsert", table, conflict, at, None
     insert = _KEYED_INSERT.fullmatch(sql)
     if insert is not None:
         table, columns, values = insert.groups()
         names = [c.strip() for c in columns.split(",")]
         if len(names) == len(values.split(",")) and values.startswith("(%s"):
-            return "insert", table, names[0], 0
+            return "insert", table, names[0], 0, None
     return None
 
 
-def _keyed(sql: str, params: Sequence[Any]) -> tuple[str, str, str, Any] | None:
-    """(kind, table, key column, key value) of a single-row op (`_row_key_shape`), or None."""
+def _keyed(sql: str, params: Sequence[Any]) -> tuple[RowShape, Any] | None:
+    """The shape of a single-row op (`_row_key_shape`) and the key value of its row, or None."""
     shape = _row_key_shape(sql)
     if shape is None or sql.count("%s") != len(params):
         return None
-    kind, table, column, at = shape
-    return kind, table, column, params[at]
+    at = shape[3]
+    return shape, (params[at] if isinstance(at, int) else tuple(params[i] for i in at))
 
 
 def _hashable(value: Any) -> bool:
@@ -333,27 +368,33 @@ def _hashable(value: Any) -> bool:
 
 
 def coalesce_ops(ops: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[str, tuple[Any, ...]]]:
-    """PostgreSQL: the same ops in fewer statements (one writer batch's inline ops are ~3 per event).
+    """PostgreSQL: the same ops in fewer statements (a writer batch's inline ops are ~3 per event,
+    a catch-up page's ~4).
 
     Within a stretch of single-row ops (`_keyed`) that name distinct rows — per table one key
-    column, each key value once — the ops touch disjoint rows, so their order does not matter:
-    the UPDATEs or DELETEs of one statement with the same other parameters become one
-    `col = ANY(%s)`, and the inserts or upserts of one statement one multi-row VALUES. Any other op, and a
-    row named a second time, ends the stretch; nothing moves across it. NUL in text is replaced
-    first (`_storable`), as `run_ops` does.
+    (column or columns), each key value once — the ops touch disjoint rows, so their order does
+    not matter: the UPDATEs or DELETEs of one statement with the same other parameters become one
+    `col = ANY(%s)`, and the inserts or upserts of one statement one multi-row VALUES. A row may be
+    named again in its stretch only by the very statement that named it first when that statement
+    is an additive upsert (`add`: the increments are summed into one row, as adding commutes) or
+    `ON CONFLICT ... DO NOTHING` with the same parameters (the repeat does nothing, and is left
+    out). Any other op, and any other second naming of a row, ends the stretch; nothing moves
+    across it. NUL in text is replaced first (`storable`), as `run_ops` does.
     """
     out: list[tuple[str, tuple[Any, ...]]] = []
     groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
-    sqls: dict[tuple[Any, ...], tuple[str, tuple[str, str, str, Any]]] = {}
+    sqls: dict[tuple[Any, ...], tuple[str, RowShape]] = {}
     columns: dict[str, str] = {}
-    rows: set[tuple[str, Any]] = set()
+    rows: dict[tuple[str, Any], tuple[str, tuple[Any, ...], int]] = {}
+    """Each row named in the stretch: the statement and parameters that named it, and where its
+    member sits in that statement's group."""
 
     def flush() -> None:
         for group, members in groups.items():
-            sql, (kind, _, column, _) = sqls[group]
+            sql, (kind, _, column, _, _) = sqls[group]
             if len(members) == 1:
                 out.append((sql, members[0]))
-            elif kind == "upsert":
+            elif kind in ("upsert", "add", "nothing"):
                 head, values, tail = sql.partition(" VALUES ")[0], _KEYED_UPSERT.fullmatch(sql).group(3), \
                     sql.partition(" ON CONFLICT ")[2]
                 out.append((f"{head} VALUES {', '.join([values] * len(members))} ON CONFLICT {tail}",
@@ -376,23 +417,37 @@ def coalesce_ops(ops: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[str, tu
             flush()
             out.append((sql, params))
             continue
-        kind, table, column, key = keyed
+        shape, key = keyed
+        kind, table, column, _, increment = shape
         if key is None or not _hashable(key):  # no row named, or none we can tell apart
             flush()
             out.append((sql, params))
             continue
-        if columns.get(table, column) != column or (table, key) in rows:
+        named = rows.get((table, key))
+        if named is not None and named[0] == sql:
+            first_sql, first_params, at = named
+            if kind == "nothing" and first_params == params:
+                continue  # it does nothing: the row is there since the first
+            if kind == "add" and isinstance(params[increment], int) and isinstance(first_params[increment], int) \
+                    and first_params[:increment] + first_params[increment + 1:] == params[:increment] + params[increment + 1:]:
+                members = groups[(sql,)]
+                summed = list(members[at])
+                summed[increment] += params[increment]
+                members[at] = tuple(summed)
+                rows[(table, key)] = (first_sql, members[at], at)
+                continue
+        if columns.get(table, column) != column or named is not None:
             flush()
         columns[table] = column
-        rows.add((table, key))
-        group = (sql,) if kind in ("upsert", "insert") else (sql, *params[:-1])
+        group = (sql,) if kind in ("upsert", "add", "nothing", "insert") else (sql, *params[:-1])
         try:
             members = groups.setdefault(group, [])
         except TypeError:  # an unhashable parameter (a JSON value): this op stays as it is
             group = (sql, id(params))
             members = groups.setdefault(group, [])
+        rows[(table, key)] = (sql, params, len(members))
         members.append(params)
-        sqls.setdefault(group, (sql, keyed))
+        sqls.setdefault(group, (sql, shape))
     flush()
     return out
 

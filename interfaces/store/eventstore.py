@@ -24,7 +24,7 @@ from application.ports import Clock, Recorded, UnitOfWork
 from domain.doorbell import doorbell_news
 from domain.events import Aggregate, DomainEvent
 from domain.names import TODO_PREFIX, format_id
-from interfaces.store import blobs, schema
+from interfaces.store import blobs, read_checks, schema
 from interfaces.store.cache import AggregateCache
 from interfaces.store.candidates import CandidatePrefetch
 from interfaces.store.codec import EventCodec
@@ -115,12 +115,14 @@ class SqlEventStore:
         return self.writer.run(handler, ReadSource.just_read(hints))
 
     def _append(self, events: list[DomainEvent], read: Sequence[str] = ()) -> tuple[Sequence[int] | None, dict[str, blobs.Stored]]:
-        """The writer's one transaction: the events, the payloads they name (docs/adr/0027), what a
-        prune among them removes, and the inline read models' rows; then, before it commits, the
+        """The writer's one transaction: the check of the streams the events were decided on
+        (read_checks.py), the events, the payloads they name (docs/adr/0027), what a prune among
+        them removes, and the inline read models' rows; then, before it commits, the
         stored payloads of `read` (what the batch's answers show), as of this very commit."""
         stored = [self.codec.to_stored_event(e) for e in events]
         sqlite = self.url.dialect == "sqlite"
-        ops = blobs.ops_for(blobs.carried_blobs(events), events[0].timestamp, compress=sqlite)
+        ops = read_checks.check_ops(events, sqlite=sqlite)  # first: a moved stream fails the append (ADR 31)
+        ops += blobs.ops_for(blobs.carried_blobs(events), events[0].timestamp, compress=sqlite)
         pruning, rewritten = blobs.retention_ops(events, self.db.query, sqlite=sqlite)
         ops += pruning
         ops += [op for p in self.inline for e in events for op in p.ops(e, None)]

@@ -75,13 +75,13 @@ class Projector:
             recorded = self.store.read_log_in(tx, start, PAGE)
             if not recorded:
                 return 0
-            for projection in chosen:
-                after = positions[projection.name]
-                tx.run_ops([op for r in recorded if r.position > after for op in projection.ops(r.event, r.position)])
-            tx.execute(  # never backwards: a projection added later starts behind the others
+            ops = [op for projection in chosen for r in recorded if r.position > positions[projection.name]
+                   for op in projection.ops(r.event, r.position)]
+            ops.append((  # never backwards: a projection added later starts behind the others
                 f"UPDATE sb_tracking SET position = %s WHERE name IN ({marks}) AND position < %s",
-                [recorded[-1].position, *(p.name for p in chosen), recorded[-1].position],
-            )
+                (recorded[-1].position, *(p.name for p in chosen), recorded[-1].position),
+            ))
+            tx.apply_ops(ops)  # on PostgreSQL coalesced, in one round trip
             return len(recorded)
 
     def rebuild(self) -> dict[str, int]:

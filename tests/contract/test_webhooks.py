@@ -11,6 +11,8 @@ import secrets
 import threading
 from typing import Any
 
+import pytest
+
 
 from application.service import Caller
 from application.webhooks import DEFAULT_REPLAY_LAST
@@ -597,21 +599,64 @@ def test_only_quarantined_todos_are_released_or_discarded(sb):
 # --- ingest: idempotency keys ----------------------------------------------------------------------
 
 
-def test_a_delivery_reads_the_store_once_when_its_webhook_is_unchanged(sb, monkeypatch):
-    """Webhook, endpoints and the idempotency keys it names come in one read (ADR 13)."""
+def test_a_delivery_reads_nothing_before_its_append_while_its_webhook_is_unchanged(sb, monkeypatch):
+    """The webhook and its endpoints are the copies the last read gave; the append checks they are
+    current, and a repeat's key, taken as absent, makes it run again on fresh state (ADR 31)."""
     hook, owner, beta, gamma = fan_out(sb)
-    github(sb, hook)  # the first delivery after start reads twice: nothing is known of the webhook yet
+    github(sb, hook)  # nothing is known of the webhook yet: its endpoints are read by the next one
     store = sb.container.webhooks.store
     reads: list[int] = []
     real = store.load_many
     monkeypatch.setattr(store, "load_many", lambda wanted: reads.append(len(wanted)) or real(wanted))
 
-    answers = [github(sb, hook, delivery=d) for d in ("d-1", "d-2", "d-1")]
+    answers = [github(sb, hook, delivery=d) for d in ("d-1", "d-2", "d-1", "d-3")]
 
-    assert [a["created"] for a in answers] == [3, 3, 0]
+    assert [a["created"] for a in answers] == [3, 3, 0, 3]
     assert [t["id"] for t in answers[2]["todos"]] == [t["id"] for t in answers[0]["todos"]]
-    # reads with nothing to read do not reach the store; each delivery read 1 webhook + 3 endpoints + 3 keys
-    assert [n for n in reads if n] == [7, 7, 7]
+    # the first read 1 webhook + 3 endpoints + 3 keys; the others read nothing before their append
+    assert [n for n in reads if n] == [7]
+
+
+@pytest.mark.parametrize("change", ["rotate", "delete", "revoke_owner", "remove_route", "drop_rule", "trust"])
+def test_a_change_made_by_another_process_decides_the_next_delivery_here(sb, change):
+    """The copies this process decided its last deliveries on are stale once another process
+    changes the webhook or an endpoint: the next delivery is decided on fresh state, and a refused
+    one stores nothing."""
+    hook, owner, beta, gamma = fan_out(sb)
+    assert github(sb, hook)["created"] == 3 and github(sb, hook)["created"] == 3  # copies kept here
+    elsewhere = sb.another_process()
+    service = elsewhere.webhooks
+    if change == "rotate":
+        rotated = service.rotate(hook["webhook_id"], caller=me(owner))
+    elif change == "delete":
+        service.delete(hook["webhook_id"], caller=me(owner))
+    elif change == "revoke_owner":
+        elsewhere.app.revoke(owner["slug"], caller=CLI)
+    elif change == "remove_route":
+        service.remove_route(hook["webhook_id"], gamma["endpoint_id"], caller=me(owner))
+    elif change == "drop_rule":
+        service.set_rules(hook["webhook_id"], {"rules": [rule("drop", '.kind == "issues"', {"drop": True})]},
+                          caller=me(owner))
+    else:
+        service.set_trust(hook["webhook_id"], caller=CLI, senders=["someone-else"], associations=None)
+    head = sb.container.store.max_position()
+
+    if change in ("rotate", "delete", "revoke_owner"):
+        assert code_of(lambda: github(sb, hook)) == "not_found"
+        assert sb.container.store.max_position() == head  # nothing stored
+        if change == "rotate":
+            assert code_of(lambda: github(sb, hook, token=token_of(rotated))) == "unauthorized"
+            assert sb.container.store.max_position() == head
+            assert github(sb, rotated)["created"] == 3
+        return
+    answer = github(sb, hook)
+    if change == "remove_route":
+        assert [t["endpoint_id"] for t in answer["todos"]] == [owner["endpoint_id"], beta["endpoint_id"]]
+    elif change == "drop_rule":
+        assert answer["dropped"] is True and answer["todos"] == []
+    else:
+        assert {t["queue"] for t in answer["todos"]} == {"quarantine"}
+    assert github(sb, hook)["created"] == answer["created"]  # and the fresh copies are kept again
 
 
 def test_a_route_added_between_repeats_is_read_and_deduplicated_like_the_others(sb):

@@ -1,6 +1,7 @@
-"""One writer batch's inline ops in fewer statements (interfaces/store/database.py `coalesce_ops`):
-on PostgreSQL the coalesced ops leave exactly the rows the ops one by one leave, and a batch of
-mixed commands leaves read models a rebuild from the log agrees with."""
+"""One writer batch's inline ops, and one catch-up page's, in fewer statements
+(interfaces/store/database.py `coalesce_ops`): on PostgreSQL the coalesced ops leave exactly the
+rows the ops one by one leave, and a batch of mixed commands leaves read models a rebuild from
+the log agrees with."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import pytest
 from application.service import Caller
 from interfaces.store.database import Database, DatabaseUrl, coalesce_ops, run_ops
 from projections.claimable import ClaimableQueue
+from projections.counters import Counters
 from projections.doorbell import Doorbells
+from projections.idempotency_keys import IdempotencyKeys
+from projections.payload_holders import PayloadHolders
 from projections.queue_load import QueueLoad
 from projections.timers import DueTimers
 
@@ -26,6 +30,18 @@ UPSERT = ("INSERT INTO sb_timers (todo_id, kind, due_at) VALUES (%s, %s, %s)"
 TIMER_DELETE = "DELETE FROM sb_timers WHERE todo_id = %s"
 INSERT = "INSERT INTO sb_claimable (todo_id, endpoint_id, queue, created_at, available_at) VALUES (%s, %s, %s, %s, %s)"
 IN_FLIGHT = "INSERT INTO sb_in_flight (todo_id, endpoint_id, queue, admitted) VALUES (%s, %s, %s, 1)"
+CAUGHT_UP = (Counters(), PayloadHolders(), IdempotencyKeys())  # tables a catch-up page writes
+COUNT = ("INSERT INTO sb_counters (metric, a, b, total) VALUES (%s, %s, %s, %s)"
+         " ON CONFLICT (metric, a, b) DO UPDATE SET total = sb_counters.total + excluded.total")
+COUNT_BY_QUEUE = ("INSERT INTO sb_counters (metric, a, b, total) SELECT %s, queue, %s, 1 FROM sb_counter_queues"
+                  " WHERE todo_id = %s ON CONFLICT (metric, a, b) DO UPDATE SET total = sb_counters.total + excluded.total")
+QUEUE_OF = "INSERT INTO sb_counter_queues (todo_id, queue) VALUES (%s, %s)"
+REF = "INSERT INTO sb_payload_refs (sha256, holder) VALUES (%s, %s) ON CONFLICT (sha256, holder) DO NOTHING"
+HOLDER = ("INSERT INTO sb_payload_holders (holder, finished_at) VALUES (%s, %s)"
+          " ON CONFLICT (holder) DO UPDATE SET finished_at = excluded.finished_at")
+KEY = ("INSERT INTO sb_idempotency_keys (endpoint_id, key, todo_id, live) VALUES (%s, %s, %s, 1)"
+       " ON CONFLICT (endpoint_id, key) DO UPDATE SET todo_id = excluded.todo_id, live = 1")
+KEY_LIVE = "UPDATE sb_idempotency_keys SET live = %s WHERE todo_id = %s"
 
 
 def test_single_row_ops_of_distinct_rows_merge_and_nothing_moves_across_a_repeat_or_another_statement():
@@ -54,6 +70,32 @@ def test_single_row_ops_of_distinct_rows_merge_and_nothing_moves_across_a_repeat
     ]
 
 
+def test_a_row_counted_again_sums_and_a_repeated_do_nothing_insert_is_left_out():
+    ops = [
+        (COUNT, ("created", "q", "github", 1)), (REF, ("d1", "dlv_1")), (HOLDER, ("dlv_1", 5)),
+        (COUNT, ("deliveries", "github", "routed", 1)), (REF, ("d1", "todo_1")),
+        (COUNT, ("created", "q", "github", 1)), (REF, ("d1", "todo_1")),  # the same row again: summed, left out
+        (KEY, ("ep", "k1", "todo_1")), (KEY, ("ep", "k2", "todo_2")),  # keyed by both conflict columns
+        (REF, ("d2", "todo_1")),  # another row of the same statement
+        (COUNT, ("created", "q", "github", 2)),
+        (HOLDER, ("dlv_1", 6)),  # not additive: `dlv_1` again ends the stretch
+        (COUNT, ("created", "q", "github", 1)),
+    ]
+    assert coalesce_ops(ops) == [
+        ("INSERT INTO sb_counters (metric, a, b, total) VALUES (%s, %s, %s, %s), (%s, %s, %s, %s)"
+         " ON CONFLICT (metric, a, b) DO UPDATE SET total = sb_counters.total + excluded.total",
+         ("created", "q", "github", 4, "deliveries", "github", "routed", 1)),
+        ("INSERT INTO sb_payload_refs (sha256, holder) VALUES (%s, %s), (%s, %s), (%s, %s)"
+         " ON CONFLICT (sha256, holder) DO NOTHING", ("d1", "dlv_1", "d1", "todo_1", "d2", "todo_1")),
+        (HOLDER, ("dlv_1", 5)),
+        ("INSERT INTO sb_idempotency_keys (endpoint_id, key, todo_id, live) VALUES (%s, %s, %s, 1), (%s, %s, %s, 1)"
+         " ON CONFLICT (endpoint_id, key) DO UPDATE SET todo_id = excluded.todo_id, live = 1",
+         ("ep", "k1", "todo_1", "ep", "k2", "todo_2")),
+        (HOLDER, ("dlv_1", 6)),
+        (COUNT, ("created", "q", "github", 1)),
+    ]
+
+
 def test_statements_it_cannot_read_a_row_key_from_are_left_alone():
     kept = [
         ("UPDATE sb_tracking SET position = (SELECT max(notification_id) FROM stored_events) WHERE name = %s", ("x",)),
@@ -63,13 +105,36 @@ def test_statements_it_cannot_read_a_row_key_from_are_left_alone():
         ("INSERT INTO t (k, a) VALUES (%s, %s) RETURNING k", (1, 2)),
         ("INSERT INTO t (a, k) VALUES (1, %s)", (2,)),  # its first column is no parameter
         ("INSERT INTO t (k, a) SELECT %s, a FROM u", (1,)),
+        ("INSERT INTO t (k, a) VALUES (%s, %s) ON CONFLICT (k, b) DO NOTHING", (1, 2)),  # b is not inserted
+        ("INSERT INTO t (k, a) VALUES (%s, %s) ON CONFLICT (k) DO UPDATE SET a = t.a + excluded.a, k = 1", (1, 2)),
         ("DELETE FROM t WHERE k = %s", (None,)),
     ]
     assert coalesce_ops(kept + kept) == [(sql, tuple(params)) for sql, params in kept + kept]
 
 
-def _tables(tx) -> dict[str, list[tuple]]:
-    return {table: tx.execute(f"SELECT * FROM {table} ORDER BY 1") for p in INLINE for table in p.tables}
+def _tables(tx, projections=INLINE) -> dict[str, list[tuple]]:
+    return {table: sorted(tx.execute(f"SELECT * FROM {table}"), key=repr) for p in projections for table in p.tables}
+
+
+def _same_rows_both_ways(db, projections, ops) -> None:
+    results = []
+    for coalesce in (False, True):
+        with db.transaction() as tx:
+            for p in projections:
+                for ddl in p.ddl:
+                    tx.execute(ddl)
+        outcome: str | dict = "ok"
+        try:
+            with db.transaction() as tx:
+                run_ops(tx._cursor, coalesce_ops(ops) if coalesce else ops, "%s")
+        except Exception as error:  # noqa: BLE001 - a duplicate INSERT must fail both ways
+            outcome = type(error).__name__
+        with db.transaction() as tx:
+            results.append((outcome, _tables(tx, projections)))
+            for p in projections:
+                for table in p.tables:
+                    tx.execute(f"DROP TABLE {table}")
+    assert results[0] == results[1], ops
 
 
 @pytest.fixture
@@ -95,24 +160,25 @@ def test_random_op_sequences_leave_the_same_rows_coalesced_as_one_by_one(db):
                 ("INSERT INTO sb_doorbell (todo_id, endpoint_id, queue, source, kind, title, spell, pending_since)"
                  " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", (key, "ep", "work", "operator", None, "t", at, at)),
             ]))
-        results = []
-        for coalesce in (False, True):
-            with db.transaction() as tx:
-                for p in INLINE:
-                    for ddl in p.ddl:
-                        tx.execute(ddl)
-            outcome: str | dict = "ok"
-            try:
-                with db.transaction() as tx:
-                    run_ops(tx._cursor, coalesce_ops(ops) if coalesce else ops, "%s")
-            except Exception as error:  # noqa: BLE001 - a duplicate INSERT must fail both ways
-                outcome = type(error).__name__
-            with db.transaction() as tx:
-                results.append((outcome, _tables(tx)))
-                for p in INLINE:
-                    for table in p.tables:
-                        tx.execute(f"DROP TABLE {table}")
-        assert results[0] == results[1], ops
+        _same_rows_both_ways(db, INLINE, ops)
+
+
+def test_random_catch_up_pages_leave_the_same_rows_coalesced_as_one_by_one(db):
+    rng = random.Random(17)
+    todos = [f"todo_{i}" for i in range(8)] + ["todo_\x00nul"]
+    for _ in range(40):
+        ops = []
+        for _ in range(rng.randint(1, 60)):
+            todo, digest = rng.choice(todos), rng.choice(["d1", "d2"])
+            ops.append(rng.choice([
+                (COUNT, (rng.choice(["created", "deliveries"]), rng.choice(["q", "r"]), "github", 1)),
+                (COUNT, ("created", "q", "github", rng.randint(1, 3))),
+                (COUNT_BY_QUEUE, ("claimed", "", todo)), (QUEUE_OF, (todo, rng.choice(["q", "r"]))),
+                ("UPDATE sb_counter_queues SET queue = %s WHERE todo_id = %s", (rng.choice(["q", "r"]), todo)),
+                (REF, (digest, todo)), (HOLDER, (todo, rng.choice([None, rng.randint(1, 9)]))),
+                (KEY, ("ep", rng.choice(["k1", "k2", "k3"]), todo)), (KEY_LIVE, (rng.randint(0, 1), todo)),
+            ]))
+        _same_rows_both_ways(db, CAUGHT_UP, ops)
 
 
 def test_a_batch_of_mixed_commands_leaves_read_models_a_rebuild_agrees_with(make_container, pg_url):
