@@ -4,8 +4,9 @@ psycopg's cursor in pipeline mode spends ~14 µs of Python per statement (cursor
 a receive attempt per `execute`, result bookkeeping; measured): an append sends ~14 statements,
 and on the writer thread that Python is in the path of every commit. Here each statement's
 placeholders are converted once, its parameters are dumped by psycopg's own `Transformer` (the
-same adaptation `cursor.execute` does), it is sent prepared from its second use on, and the
-results are read once, after the one Sync: ~3 µs per statement (docs/adr/0023).
+same adaptation `cursor.execute` does), it is sent prepared from its second use on (and handed
+to the socket at once, so the server runs it while the next is prepared), and the results are
+read once, after the one Sync: ~3 µs per statement (docs/adr/0023).
 
 The connection must be used for nothing else while a pipeline runs, and must be discarded after
 any error: a statement prepared in a pipeline that aborted was never prepared on the server.
@@ -89,6 +90,7 @@ class Pipeline:
             else:
                 pgconn.send_query_prepared(name, params, param_formats=param_formats, result_format=result_format)
             owners.append(index)
+            pgconn.flush()  # without waiting: the server runs this one while the next is prepared
         pgconn.pipeline_sync()
         results = self._communicate()
         pgconn.exit_pipeline_mode()
