@@ -32,7 +32,7 @@ from application.errors import CommitOutcomeUnknown, StoreUnavailable
 from domain.doorbell import FREED, RING
 from interfaces.store import blobs
 from interfaces.store.database import (
-    Database, DatabaseUrl, coalesce_ops, first_line, idle_and_sound, plan_per_run, run_ops, storable,
+    Database, DatabaseUrl, coalesce_ops, first_line, idle_and_sound, run_ops, storable,
 )
 from interfaces.store.pipeline import Pipeline, Statement
 from projections.base import Op
@@ -49,6 +49,10 @@ FENCE_WAIT_MS = 1000
 # Errors that come from the server refusing a statement leave the outcome known (nothing was
 # committed); these classes (connection, operator intervention, system, internal) do not.
 _UNSURE_CLASSES = ("08", "57", "58", "XX")
+WRITER_PLANS = ("SET plan_cache_mode = force_generic_plan", "SET enable_seqscan = off")
+"""The appender's session (docs/adr/0013): each of its statements is planned once, for any table
+size — every one names its rows by an indexed key, and with sequential scans priced out the
+generic plan is that index's however small the table was when it was made."""
 
 
 class PooledPostgresDatastore(PostgresDatastore):
@@ -156,7 +160,8 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
             # a name of its own, so that after a lost answer this very session can be found and ended
             name = f"switchboard-writer-{uuid4().hex[:16]}"
             conn = psycopg.connect(self._url.conninfo(application_name=name), autocommit=True)
-            plan_per_run(conn)
+            for setting in WRITER_PLANS:
+                conn.execute(setting)
             self._local.conn, self._local.name, self._local.pipeline = conn, name, Pipeline(conn)
         return conn
 
