@@ -115,6 +115,7 @@ def test_a_serve_process_opens_its_pool_and_four_more_connections_at_most(pg_url
         endpoint = container.app.vend("many", queues=["work"], caller=CLI)
         hook = container.webhooks.create(caller=CLI, endpoint=endpoint["slug"], source_type="generic",
                                          target_queue="work")
+        token = container.app.mint_operator_token("admin", caller=CLI)["token"]
         container.close()
         statuses: Counter = Counter()
         stop = time.monotonic() + 4
@@ -126,7 +127,12 @@ def test_a_serve_process_opens_its_pool_and_four_more_connections_at_most(pg_url
                                        headers={"content-type": "application/json", "x-delivery-id": uuid.uuid4().hex})
                     statuses[answer.status_code] += 1
 
-        senders = [threading.Thread(target=send) for _ in range(24)]
+        def read() -> None:  # a delivery reads nothing before its append (ADR 31): the API's reads fill the pool
+            with httpx.Client(timeout=30, headers={"authorization": f"Bearer {token}"}) as http:
+                while time.monotonic() < stop:
+                    statuses[http.get(f"{server.base}/api/v1/todos").status_code] += 1
+
+        senders = [threading.Thread(target=send if i % 2 else read) for i in range(24)]
         for sender in senders:
             sender.start()
         peak: Counter = Counter()
@@ -137,7 +143,7 @@ def test_a_serve_process_opens_its_pool_and_four_more_connections_at_most(pg_url
             time.sleep(0.1)
         for sender in senders:
             sender.join()
-        assert statuses[202] > 0 and set(statuses) == {202}, statuses  # 24 senders share 3 connections
+        assert statuses[202] > 0 and statuses[200] > 0 and set(statuses) == {200, 202}, statuses  # 24 clients, 3 connections
         assert peak["switchboard"] == 3, peak  # the pool, full
         assert sum(peak.values()) <= 3 + 4, peak
         assert set(peak) <= {"switchboard", "switchboard-writer", "switchboard-doorbell", "switchboard-projector"}, peak
