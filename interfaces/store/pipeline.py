@@ -27,6 +27,8 @@ from psycopg.errors import error_from_result
 
 PREPARED_MAX = 256
 """Statements prepared per connection at most; beyond, a new one is sent unnamed (parsed per use)."""
+SEEN_MAX = 4 * PREPARED_MAX
+"""Statements remembered as sent once (the next use prepares them) at most per connection."""
 
 Statement = tuple[str | bytes, Sequence[Any] | None, bool]
 """(SQL with %s / %b placeholders, its parameters or None, whether its rows come back binary)."""
@@ -83,7 +85,8 @@ class Pipeline:
                 name = self._prepared[key] = b"sb_%d" % len(self._prepared)
                 pgconn.send_prepare(name, query, param_types=types or None)
                 owners.append(-1)
-            self._seen.add(key)
+            if len(self._seen) < SEEN_MAX:
+                self._seen.add(key)
             if name is None:
                 pgconn.send_query_params(query, params, param_types=types or None, param_formats=param_formats,
                                          result_format=result_format)
