@@ -120,6 +120,14 @@ def _pid_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def _children(task: Path) -> list[str]:
+    """The child process ids of one of this process's threads (none if it has just ended)."""
+    try:
+        return (task / "children").read_text().split()
+    except FileNotFoundError:
+        return []
+
+
 class CpuMeter:
     """CPU used during a drain, by whom: this process (every thread), its child processes (the
     projector), and the PostgreSQL backends connected to the drain's database. Per todo, it is
@@ -129,8 +137,7 @@ class CpuMeter:
         self.url, self.dbname = url, url.rsplit("/", 1)[1]
 
     def _others(self) -> dict[str, dict[int, float]]:
-        kids = [int(p) for task in Path("/proc/self/task").iterdir()
-                for p in (task / "children").read_text().split()]
+        kids = [int(p) for task in Path("/proc/self/task").iterdir() for p in _children(task)]
         with psycopg.connect(self.url, autocommit=True) as conn:
             backends = [row[0] for row in conn.execute(
                 "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", (self.dbname,))]

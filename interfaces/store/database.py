@@ -264,7 +264,10 @@ class Tx:
 
 def storable(params: Sequence[Any]) -> tuple[Any, ...]:
     """PostgreSQL text cannot hold NUL; replaced the same way on every store (rebuild equals live)."""
-    return tuple(p.replace("\x00", "\ufffd") if isinstance(p, str) and "\x00" in p else p for p in params)
+    for p in params:  # the usual case, no NUL anywhere: the parameters as they are (a writer batch has hundreds)
+        if isinstance(p, str) and "\x00" in p:
+            return tuple(p.replace("\x00", "\ufffd") if isinstance(p, str) and "\x00" in p else p for p in params)
+    return params if type(params) is tuple else tuple(params)
 
 
 def run_ops(cursor: Any, ops: Sequence[tuple[str, Sequence[Any]]], placeholder: str) -> None:
@@ -350,21 +353,35 @@ def _row_key_shape(sql: str) -> RowShape | None:
     return None
 
 
+_SHAPES: dict[str, tuple[RowShape, int] | None] = {}
+"""Each statement's `_row_key_shape` and placeholder count, once (a batch names a few statements
+hundreds of times)."""
+
+
+def _shape_of(sql: str) -> tuple[RowShape, int] | None:
+    try:
+        return _SHAPES[sql]
+    except KeyError:
+        shape = _row_key_shape(sql)
+        found = None if shape is None else (shape, sql.count("%s"))
+        if len(_SHAPES) < 1024:
+            _SHAPES[sql] = found
+        return found
+
+
 def _keyed(sql: str, params: Sequence[Any]) -> tuple[RowShape, Any] | None:
     """The shape of a single-row op (`_row_key_shape`) and the key value of its row, or None."""
-    shape = _row_key_shape(sql)
-    if shape is None or sql.count("%s") != len(params):
+    found = _shape_of(sql)
+    if found is None or found[1] != len(params):
         return None
+    shape = found[0]
     at = shape[3]
     return shape, (params[at] if isinstance(at, int) else tuple(params[i] for i in at))
 
 
-def _hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
+_UNKEYED = object()
+_WHOLE_ROW = frozenset({"upsert", "add", "nothing", "insert"})
+"""Kinds whose ops of one statement merge into one multi-row VALUES whatever their parameters."""
 
 
 def coalesce_ops(ops: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[str, tuple[Any, ...]]]:
@@ -419,11 +436,14 @@ def coalesce_ops(ops: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[str, tu
             continue
         shape, key = keyed
         kind, table, column, _, increment = shape
-        if key is None or not _hashable(key):  # no row named, or none we can tell apart
+        try:
+            named = rows.get((table, key)) if key is not None else _UNKEYED
+        except TypeError:  # an unhashable key: no row we can tell apart
+            named = _UNKEYED
+        if named is _UNKEYED:  # no row named, or none we can tell apart
             flush()
             out.append((sql, params))
             continue
-        named = rows.get((table, key))
         if named is not None and named[0] == sql:
             first_sql, first_params, at = named
             if kind == "nothing" and first_params == params:
@@ -439,15 +459,17 @@ def coalesce_ops(ops: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[str, tu
         if columns.get(table, column) != column or named is not None:
             flush()
         columns[table] = column
-        group = (sql,) if kind in ("upsert", "add", "nothing", "insert") else (sql, *params[:-1])
+        group = (sql,) if kind in _WHOLE_ROW else (sql, *params[:-1])
         try:
-            members = groups.setdefault(group, [])
+            members = groups.get(group)
         except TypeError:  # an unhashable parameter (a JSON value): this op stays as it is
             group = (sql, id(params))
-            members = groups.setdefault(group, [])
+            members = None
+        if members is None:
+            members = groups[group] = []
+            sqls[group] = (sql, shape)
         rows[(table, key)] = (sql, params, len(members))
         members.append(params)
-        sqls.setdefault(group, (sql, shape))
     flush()
     return out
 
