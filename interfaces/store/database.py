@@ -379,6 +379,21 @@ def _keyed(sql: str, params: Sequence[Any]) -> tuple[RowShape, Any] | None:
     return shape, (params[at] if isinstance(at, int) else tuple(params[i] for i in at))
 
 
+_PLAIN_ITEMS = re.compile(r"[A-Za-z0-9_.:-]+(?:,[A-Za-z0-9_.:-]+)*")
+
+
+def array_param(values: list[Any]) -> Any:
+    """An `= ANY(%s)` parameter: text items that need no quoting (ids, as the keys of our inline
+    tables are) as the array's literal `{a,b}`, which psycopg sends as it is (it dumps a list
+    item by item in Python, a regular expression each: ~4x the time); anything else, the list.
+    Either is a parameter of unknown type, which the server reads as an array of the column's type."""
+    if all(type(v) is str for v in values):
+        joined = ",".join(values)
+        if joined.count(",") == len(values) - 1 and _PLAIN_ITEMS.fullmatch(joined) and "null" not in joined.lower():
+            return "{" + joined + "}"
+    return values
+
+
 _UNKEYED = object()
 _WHOLE_ROW = frozenset({"upsert", "add", "nothing", "insert"})
 """Kinds whose ops of one statement merge into one multi-row VALUES whatever their parameters."""
@@ -421,7 +436,7 @@ def coalesce_ops(ops: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[str, tu
                 out.append((f"{head} VALUES {', '.join([values] * len(members))}", tuple(p for m in members for p in m)))
             else:
                 prefix = sql[: -len(f"{column} = %s")]
-                out.append((f"{prefix}{column} = ANY(%s)", (*members[0][:-1], [m[-1] for m in members])))
+                out.append((f"{prefix}{column} = ANY(%s)", (*members[0][:-1], array_param([m[-1] for m in members]))))
         groups.clear()
         sqls.clear()
         columns.clear()

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from application.service import Caller
-from interfaces.store.database import Database, DatabaseUrl, coalesce_ops, run_ops
+from interfaces.store.database import Database, DatabaseUrl, array_param, coalesce_ops, run_ops
 from projections.claimable import ClaimableQueue
 from projections.counters import Counters
 from projections.doorbell import Doorbells
@@ -54,7 +54,7 @@ def test_single_row_ops_of_distinct_rows_merge_and_nothing_moves_across_a_repeat
         (IN_FLIGHT, ("h", "ep", "q")), (IN_FLIGHT, ("i", "ep", "q")),  # an integer among the values is kept
     ]
     assert coalesce_ops(ops) == [
-        ("UPDATE sb_claimable SET available_at = %s WHERE todo_id = ANY(%s)", (None, ["a", "c"])),
+        ("UPDATE sb_claimable SET available_at = %s WHERE todo_id = ANY(%s)", (None, "{a,c}")),
         (DELETE, ("b",)),
         (SET, (7, "d")),
         (SET, (None, "a")),
@@ -64,7 +64,7 @@ def test_single_row_ops_of_distinct_rows_merge_and_nothing_moves_across_a_repeat
         (TIMER_DELETE, ("b",)),
         ("INSERT INTO sb_claimable (todo_id, endpoint_id, queue, created_at, available_at)"
          " VALUES (%s, %s, %s, %s, %s), (%s, %s, %s, %s, %s)", ("e", "ep", "q", 1, 1, "g", "ep", "q", 1, 1)),
-        ("DELETE FROM sb_claimable WHERE todo_id = ANY(%s)", (["e", "f"],)),
+        ("DELETE FROM sb_claimable WHERE todo_id = ANY(%s)", ("{e,f}",)),
         ("INSERT INTO sb_in_flight (todo_id, endpoint_id, queue, admitted) VALUES (%s, %s, %s, 1), (%s, %s, %s, 1)",
          ("h", "ep", "q", "i", "ep", "q")),
     ]
@@ -94,6 +94,20 @@ def test_a_row_counted_again_sums_and_a_repeated_do_nothing_insert_is_left_out()
         (HOLDER, ("dlv_1", 6)),
         (COUNT, ("created", "q", "github", 1)),
     ]
+
+
+def test_keys_that_need_no_quoting_go_as_an_array_literal_and_any_other_as_the_list(db):
+    assert array_param(["td_1a", "ep-2", "x.y:z"]) == "{td_1a,ep-2,x.y:z}"
+    for keys in (["a", "b c"], ["a", "b,c"], ["a", 'b"c'], ["a", "{b}"], ["a", "NULL"], ["a", "null"], ["a", ""],
+                 ["a", 1], ["a", "\ufffd"]):
+        assert array_param(keys) == keys, keys
+    with db.transaction() as tx:  # either form names the same rows
+        tx.execute("DELETE FROM sb_claimable", ())
+        for key in ("a", "b c", "null", 'q"x', "td_1"):
+            tx.execute(INSERT, (key, "ep", "q", 1, 1))
+        tx.execute("DELETE FROM sb_claimable WHERE todo_id = ANY(%s)", (array_param(["b c", "null", 'q"x']),))
+        tx.execute("DELETE FROM sb_claimable WHERE todo_id = ANY(%s)", (array_param(["td_1"]),))
+        assert [row[0] for row in tx.execute("SELECT todo_id FROM sb_claimable", ())] == ["a"]
 
 
 def test_statements_it_cannot_read_a_row_key_from_are_left_alone():
