@@ -32,7 +32,7 @@ from application.errors import CommitOutcomeUnknown, StoreUnavailable
 from domain.doorbell import FREED, RING
 from interfaces.store import blobs
 from interfaces.store.database import (
-    Database, DatabaseUrl, coalesce_ops, first_line, idle_and_sound, run_ops, storable,
+    Database, DatabaseUrl, array_param, coalesce_ops, first_line, idle_and_sound, run_ops, storable,
 )
 from interfaces.store.pipeline import Pipeline, Statement
 from projections.base import Op
@@ -197,10 +197,10 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
         statements.append((self._insert_arrays, columns, False))
         statements += [(sql, storable(params), False) for sql, params in ops]
         if tracked:
-            statements.append((self._track, (list(tracked),), False))
+            statements.append((self._track, (array_param(list(tracked)),), False))
         payloads_read = len(statements)
         if wanted:  # as this commit leaves them (after its own upserts and prunes)
-            statements.append((blobs.READ_ANY, (wanted,), True))
+            statements.append((blobs.READ_ANY, (array_param(wanted),), True))
         statements.append((b"COMMIT", None, False))
         sent = False
         try:
