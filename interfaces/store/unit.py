@@ -168,7 +168,8 @@ class Unit:
             self._savepoints[aggregate.id] = None
 
     def claimable(self, endpoint_id: str, queues: Sequence[str], limit: int) -> list[UUID]:
-        """Candidates read once per batch (commands of one batch see each other's claims)."""
+        """Candidates read once per batch (commands of one batch see each other's claims), less
+        those a command of the batch has changed into a todo not claimable now."""
         key = (endpoint_id, tuple(queues))
         want = limit + len(self._batch.aggregates)
         fresh = self._source.fresh
@@ -187,7 +188,11 @@ class Unit:
                 random.shuffle(head)
                 ids = head + ids[SPREAD_ON_RETRY:]
             cached = self._batch.candidates[key] = (ids, len(ids) < fetch)
-        return cached[0]
+        # Leave out what an earlier command of the batch has already taken: eight claims of ten in
+        # one batch walked 0, 10, … 70 such candidates each, two reads and a copy apiece
+        aggregates, now = self._batch.aggregates, self.now
+        return [c for c in cached[0] if not ((taken := aggregates.get(c)) is not None and taken.pending_events
+                                              and not taken.is_claimable(now))]
 
     def queue_load(self, endpoint_id: str, queue: str, *, fresh: bool = False) -> QueueLoad:
         """The queue's load — this process's estimate, or with `fresh` (and on a re-run) as committed —

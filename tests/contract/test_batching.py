@@ -119,3 +119,31 @@ def test_a_refused_command_in_a_batch_does_not_undo_the_others(sb):
     assert done["state"] == "done"
     events = [e["type"] for e in sb.app.history(todo, caller=CLI)["events"]]
     assert events == ["TodoOpened", "TodoClaimed", "LeaseRenewed", "TodoCompleted"]
+
+
+def test_claims_batched_together_look_at_each_todo_once(sb, monkeypatch):
+    """A claim is not offered the todos an earlier claim of its batch took: eight claims of ten in
+    one batch used to read 0, 10, … 70 taken todos again each (docs/adr/0023)."""
+    from domain.todo import Todo
+    from interfaces.store.unit import Unit
+
+    vended = sb.vend("worker")
+    pushed = []
+    for _ in range(6):
+        pushed.append(sb.push(vended)["id"])
+        sb.tick()
+    looked: list = []
+    original = Unit.get
+
+    def get(self, cls, aggregate_id, *, fresh=False):
+        if cls is Todo:
+            looked.append(aggregate_id)
+        return original(self, cls, aggregate_id, fresh=fresh)
+
+    monkeypatch.setattr(Unit, "get", get)
+    with one_batch(sb) as batch:
+        for _ in range(3):
+            batch.queue(lambda: sb.app.claim_next(caller=agent(vended), max_todos=2))
+
+    assert [t["id"] for a in batch.answers for t in a["todos"]] == pushed
+    assert len(looked) == len(set(looked)) == 6, looked
