@@ -388,8 +388,8 @@ def switchboard_round(url: str, todos: int, workers: int, data_dir: str, *, prof
         result = {
             "rate": done / seconds if seconds else 0.0, "seconds": seconds, "done": done,
             "errors": errors, "push_rate": todos / push_seconds, "events": events,
-            "cpu": (cpu.per_todo(done) + (f" (of which the writer thread {writer_used / done * 1e6:.0f})" if done else ""))
-            if container.store.url.dialect == "postgres" else "-",
+            "cpu": f"{cpu.per_todo(done)} (of which the writer thread {writer_used / done * 1e6:.0f})"
+            if container.store.url.dialect == "postgres" and done else "-",
         }
         if keep:
             result["container"] = container

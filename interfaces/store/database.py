@@ -266,7 +266,7 @@ def storable(params: Sequence[Any]) -> tuple[Any, ...]:
     """PostgreSQL text cannot hold NUL; replaced the same way on every store (rebuild equals live)."""
     for p in params:  # the usual case, no NUL anywhere: the parameters as they are (a writer batch has hundreds)
         if isinstance(p, str) and "\x00" in p:
-            return tuple(p.replace("\x00", "\ufffd") if isinstance(p, str) and "\x00" in p else p for p in params)
+            return tuple(p.replace("\x00", "\ufffd") if isinstance(p, str) else p for p in params)
     return params if type(params) is tuple else tuple(params)
 
 
@@ -300,7 +300,6 @@ RowShape = tuple[str, str, str, "int | tuple[int, ...]", "int | None"]
 """(kind, table, key column(s), index or indexes of the key parameter(s), index of the increment)."""
 
 
-@functools.lru_cache(maxsize=256)
 def _row_key_shape(sql: str) -> RowShape | None:
     """How a single-row op names its row: (kind, table, key column(s), index or indexes of the key
     parameter(s), index of the increment of an additive upsert), or None when it cannot be told from
@@ -353,20 +352,12 @@ def _row_key_shape(sql: str) -> RowShape | None:
     return None
 
 
-_SHAPES: dict[str, tuple[RowShape, int] | None] = {}
-"""Each statement's `_row_key_shape` and placeholder count, once (a batch names a few statements
-hundreds of times)."""
-
-
+@functools.lru_cache(maxsize=1024)
 def _shape_of(sql: str) -> tuple[RowShape, int] | None:
-    try:
-        return _SHAPES[sql]
-    except KeyError:
-        shape = _row_key_shape(sql)
-        found = None if shape is None else (shape, sql.count("%s"))
-        if len(_SHAPES) < 1024:
-            _SHAPES[sql] = found
-        return found
+    """A statement's `_row_key_shape` and its placeholder count, once (a batch names a few
+    statements hundreds of times)."""
+    shape = _row_key_shape(sql)
+    return None if shape is None else (shape, sql.count("%s"))
 
 
 def _keyed(sql: str, params: Sequence[Any]) -> tuple[RowShape, Any] | None:
