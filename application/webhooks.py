@@ -10,7 +10,7 @@ It only delegates and presents, like application/service.py:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from application import presenters as present
@@ -112,6 +112,13 @@ class Webhooks:
                remote_addr: str | None = None) -> dict[str, Any]:
         """Verifies, routes and records one delivery; returns the 202 body."""
         return present.accepted(self.intake.ingest(token, headers, body, remote_addr=remote_addr))
+
+    async def ingest_async(self, token: str, headers: Mapping[str, str], body: bytes, *,
+                           remote_addr: str | None = None,
+                           offload: Callable[[Callable[[], Any]], Awaitable[Any]]) -> dict[str, Any]:
+        """`ingest` on an event loop: the blocking steps go through `offload`, the commit is awaited."""
+        return present.accepted(await self.intake.ingest_async(token, headers, body, remote_addr=remote_addr,
+                                                               offload=offload))
 
     # -- deliveries ----------------------------------------------------------------------
 

@@ -66,9 +66,10 @@ def litestar_logging() -> LoggingConfig:
     return LoggingConfig(configure_root_logger=False, formatters={"standard": {"format": LOG_FORMAT}})
 
 
-# Deliveries in flight at once in one process (each holds a thread: verify and route, then wait
-# for the writer's commit). More senders queue for a thread; the other blocking handlers keep
-# anyio's own threads, so ingest cannot starve the board or the API of them.
+# Deliveries prepared at once on threads in one process: those that must read the store, ask the
+# rule engine or parse a large body (docs/adr/0032; the others are prepared on the event loop,
+# and none holds a thread while it waits for the writer's commit). More queue for a thread; the
+# other blocking handlers keep anyio's own threads, so ingest cannot starve the board or the API.
 INGEST_THREADS = 32
 
 

@@ -114,6 +114,11 @@ class SqlEventStore:
         """
         return self.writer.run(handler, ReadSource.just_read(hints))
 
+    async def run_async(self, handler: Callable[[UnitOfWork], T], *,
+                        hints: dict[UUID, Aggregate | None] | None = None) -> T:
+        """`run` for a caller on an event loop: awaits the commit without holding a thread."""
+        return await self.writer.run_async(handler, ReadSource.just_read(hints))
+
     def _append(self, events: list[DomainEvent], read: Sequence[str] = ()) -> tuple[Sequence[int] | None, dict[str, blobs.Stored]]:
         """The writer's one transaction: the check of the streams the events were decided on
         (read_checks.py), the events, the payloads they name (docs/adr/0027), what a prune among

@@ -11,6 +11,7 @@ docs/adr/0014); the writer only answers what it learns. See docs/adr/0004-claims
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import queue
@@ -56,14 +57,16 @@ class Outcome:
     until then. (A `concurrent.futures.Future` wakes its waiter through a condition, with Python of
     its own per answer: ~1/6 of the writer thread in a claim+complete profile.)"""
 
-    __slots__ = ("_ready", "_state", "_value", "_error")
+    __slots__ = ("_ready", "_state", "_value", "_error", "_waiter")
 
-    def __init__(self) -> None:
+    def __init__(self, waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future] | None = None) -> None:
         self._ready = threading.Lock()
         self._ready.acquire()
         self._state = _PENDING
         self._value: Any = None
         self._error: BaseException | None = None
+        self._waiter = waiter
+        """An event loop's future to settle too, for a caller that awaits (`Writer.run_async`)."""
 
     def take(self) -> bool:
         """The writer takes the job into a batch, unless its caller has withdrawn it."""
@@ -87,10 +90,27 @@ class Outcome:
     def set_result(self, value: Any) -> None:
         self._value, self._state = value, _DONE
         self._ready.release()
+        if self._waiter is not None:
+            self._wake()
 
     def set_exception(self, error: BaseException) -> None:
         self._error, self._state = error, _DONE
         self._ready.release()
+        if self._waiter is not None:
+            self._wake()
+
+    def _wake(self) -> None:
+        loop, future = self._waiter
+        try:
+            loop.call_soon_threadsafe(_settle, future, self)
+        except RuntimeError:  # the loop has closed: nobody awaits the answer any more
+            pass
+
+    def answer(self) -> Any:
+        """The answer of an outcome that is done (or its error raised)."""
+        if self._error is not None:
+            raise self._error
+        return self._value
 
     def result(self, timeout: float) -> Any:
         """The answer (or its error raised); `TimeoutError` if it is not set within `timeout`."""
@@ -102,14 +122,21 @@ class Outcome:
         return self._value
 
 
+def _settle(future: asyncio.Future, outcome: Outcome) -> None:
+    """On the awaiting caller's loop: its future takes the outcome's answer."""
+    if not future.done():
+        future.set_result(outcome)
+
+
 class Job:
     """A command handler waiting for its batch, the outcome its caller waits on, its read source."""
 
     __slots__ = ("handler", "future", "source")
 
-    def __init__(self, handler: Callable[[UnitOfWork], Any], source: ReadSource) -> None:
+    def __init__(self, handler: Callable[[UnitOfWork], Any], source: ReadSource,
+                 waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future] | None = None) -> None:
         self.handler = handler
-        self.future = Outcome()
+        self.future = Outcome(waiter)
         self.source = source
 
 
@@ -136,15 +163,7 @@ class Writer:
 
     def run(self, handler: Callable[[UnitOfWork], T], source: ReadSource) -> T:
         """Runs a command handler in the next batch and returns once its events are durable."""
-        if self._closed:
-            raise StoreUnavailable("store is closed")
-        if self._thread is None:
-            with self._thread_lock:
-                if self._thread is None:
-                    self._thread = threading.Thread(target=self._loop, name="switchboard-writer", daemon=True)
-                    self._thread.start()
-        job = Job(handler, source)
-        self.jobs.put(job)
+        job = self._submit(Job(handler, source))
         started = time.monotonic()
         while True:
             try:
@@ -155,6 +174,40 @@ class Writer:
                 # written: 503). One it has taken gets its true answer, however long that takes.
                 if self.down and time.monotonic() - started >= POOL_WAIT and job.future.cancel():
                     raise StoreUnavailable("store unavailable: the writer is waiting for the store") from None
+
+    async def run_async(self, handler: Callable[[UnitOfWork], T], source: ReadSource) -> T:
+        """`run` for a caller on an event loop: it awaits the answer without holding a thread
+        (the writer settles its future with one `call_soon_threadsafe`)."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        job = self._submit(Job(handler, source, (loop, future)))
+        started = time.monotonic()
+
+        def check() -> None:  # as `run` does, every POOL_WAIT / 4
+            nonlocal timer
+            if (self.down and time.monotonic() - started >= POOL_WAIT and job.future.cancel()
+                    and not future.done()):
+                future.set_exception(StoreUnavailable("store unavailable: the writer is waiting for the store"))
+            elif not future.done():
+                timer = loop.call_later(POOL_WAIT / 4, check)
+
+        timer = loop.call_later(POOL_WAIT / 4, check)
+        try:
+            outcome = await future
+        finally:
+            timer.cancel()
+        return outcome.answer()
+
+    def _submit(self, job: Job) -> Job:
+        if self._closed:
+            raise StoreUnavailable("store is closed")
+        if self._thread is None:
+            with self._thread_lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._loop, name="switchboard-writer", daemon=True)
+                    self._thread.start()
+        self.jobs.put(job)
+        return job
 
     def subscribe(self, listener: Callable[[list[Recorded]], None]) -> None:
         """Calls `listener` on the writer thread after each commit; it must be quick."""

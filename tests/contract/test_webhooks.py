@@ -5,6 +5,7 @@ routing and its trace, idempotency), stored deliveries, rules (save, dry run, re
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import secrets
@@ -15,6 +16,7 @@ import pytest
 
 
 from application.service import Caller
+from application.ingest import INLINE_BODY
 from application.webhooks import DEFAULT_REPLAY_LAST
 from domain.errors import NotFound
 from domain.ingest import SignatureRefused
@@ -60,7 +62,25 @@ def github(sb, hook, kind: str = "issues", *, delivery: str | None = "fresh", se
     if delivery is not None:
         headers["X-GitHub-Delivery"] = unique("gh") if delivery == "fresh" else delivery
     service = (container or sb.container).webhooks
-    return service.ingest(token or token_of(hook), headers, body, remote_addr="203.0.113.7")
+    return on_a_loop(service, token or token_of(hook), headers, body, remote_addr="203.0.113.7")
+
+
+def on_a_loop(service, token: str, headers: dict[str, str], body: bytes, *, remote_addr: str,
+              offloaded: list[str] | None = None) -> dict[str, Any]:
+    """Ingest as `serve` runs it: on an event loop, the blocking steps offloaded to a thread
+    (each named in `offloaded`), the commit awaited."""
+
+    async def ingest() -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+
+        def offload(work):
+            if offloaded is not None:
+                offloaded.append(getattr(work, "func", work).__name__)
+            return loop.run_in_executor(None, work)
+
+        return await service.ingest_async(token, headers, body, remote_addr=remote_addr, offload=offload)
+
+    return asyncio.run(ingest())
 
 
 def generic(sb, hook, payload: Any, *, key: str | None = None) -> dict[str, Any]:
@@ -615,6 +635,36 @@ def test_a_delivery_reads_nothing_before_its_append_while_its_webhook_is_unchang
     assert [t["id"] for t in answers[2]["todos"]] == [t["id"] for t in answers[0]["todos"]]
     # the first read 1 webhook + 3 endpoints + 3 keys; the others read nothing before their append
     assert [n for n in reads if n] == [7]
+
+
+def test_a_delivery_on_kept_copies_is_prepared_on_the_event_loop_and_awaits_only_its_commit(sb):
+    """On the loop, a delivery that needs no read, no rule engine and no large body is verified,
+    parsed and routed without a thread; the others are prepared on one (never on the loop)."""
+    hook, owner, beta, gamma = fan_out(sb)
+
+    def post(hook, body: bytes = fixture(BODIES["issues"]), kind: str = "issues") -> tuple[int, list[str]]:
+        headers = {"Content-Type": "application/json", "X-GitHub-Event": kind, "X-GitHub-Delivery": unique("gh"),
+                   **sign("github", hook["signing_secret"], body)}
+        offloaded: list[str] = []
+        answer = on_a_loop(hooks(sb), token_of(hook), headers, body, remote_addr="203.0.113.7", offloaded=offloaded)
+        return answer["created"], offloaded
+
+    assert post(hook) == (3, ["prepare"])  # nothing kept yet: the webhook and its owner are read,
+    assert post(hook) == (3, ["prepare"])  # then, its routes known, its endpoints
+    assert post(hook) == (3, [])
+    assert post(hook) == (3, [])
+    large = json.dumps({**json.loads(fixture(BODIES["issues"])), "padding": "x" * INLINE_BODY}).encode()
+    assert post(hook, large) == (3, ["prepare"])  # parsed and verified off the loop
+
+    ruled = create(sb, owner, "github")
+    hooks(sb).set_rules(ruled["webhook_id"], {"rules": [rule("keep", '.kind == "push"', {"drop": True})]},
+                        caller=me(owner))
+    post(ruled)
+    assert post(ruled) == (1, ["prepare"])  # the rule engine is asked from a thread, every time
+
+    hooks(sb).rotate(hook["webhook_id"], caller=me(owner))  # refused on the copies, then on fresh state
+    with pytest.raises(NotFound):
+        post(hook)
 
 
 @pytest.mark.parametrize("change", ["rotate", "delete", "revoke_owner", "remove_route", "drop_rule", "trust"])

@@ -4,6 +4,7 @@ happened to share its batch (docs/adr/0004-claims-and-batching.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -62,3 +63,48 @@ def test_an_unwritable_command_fails_alone_in_its_batch(store_url, make_containe
     titles = sorted(t["title"] for t in app.list_todos(caller=CLI, endpoint=slug))
     assert titles == ["after", "before"]
     assert app.push(slug, "later", caller=CLI)["created"] is True  # the writer is fine
+
+
+def test_commands_awaited_on_an_event_loop_share_a_batch_and_never_block_the_loop(store_url, make_container):
+    """`run_async` (how ingest awaits its commit): the loop goes on running while the writer is
+    busy; the awaited commands join the batch of a thread's, and each gets its own answer or error."""
+    container = make_container(store_url)
+    app, store = container.app, container.store
+    app.ensure_admin()
+    slug = app.vend("writer-async", queues=["q"], caller=CLI)["slug"]
+    entered, release = threading.Event(), threading.Event()
+
+    def hold_the_writer(uow):
+        entered.set()
+        assert release.wait(10)
+
+    def opened(title):
+        def handler(uow):
+            todo = Todo.open(id=uuid4(), now=uow.now, actor="operator:cli", endpoint_id=f"ep_{endpoint_uuid(slug).hex}",
+                             queue="q", source="operator", title=title, trust_mode="operator", payload={"t": title})
+            uow.add(todo)
+            return todo.todo_id
+        return handler
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        held = loop.run_in_executor(None, store.run, hold_the_writer)
+        assert await loop.run_in_executor(None, entered.wait, 10)
+        awaited = [asyncio.ensure_future(store.run_async(opened(f"a{i}"))) for i in range(3)]
+        bad = asyncio.ensure_future(store.run_async(unwritable_todo(slug)))
+        threaded = loop.run_in_executor(None, store.run, opened("t"))
+        ticks = 0
+        while store.writer.jobs.qsize() < 5:  # the loop runs while every one of them waits
+            await asyncio.sleep(0.005)
+            ticks += 1
+            assert ticks < 2000
+        release.set()
+        await held
+        ids = await asyncio.gather(*awaited, threaded)
+        with pytest.raises(UnicodeEncodeError):
+            await bad
+        return ids
+
+    ids = asyncio.run(main())
+    assert len(set(ids)) == 4
+    assert [app.get_todo(i, caller=CLI)["title"] for i in ids] == ["a0", "a1", "a2", "t"]
