@@ -11,10 +11,11 @@ import hashlib
 import hmac
 import json
 import re
-import unicodedata
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from urllib.parse import parse_qs
+
+import msgspec
 
 from domain.errors import DomainError
 from domain.names import REDACTED, SOURCE_TYPES  # noqa: F401 - part of the ingest vocabulary
@@ -237,6 +238,12 @@ def read_payload(data: bytes, form: str | None, content_type: str | None = None)
 
 def _json(text: bytes | str) -> object | None:
     """Strict JSON (no NaN or Infinity, no lone surrogates), or None for anything else, however odd."""
+    try:
+        # msgspec first (~2x faster): where it takes a document at all, it gives what json.loads
+        # gives; it refuses more (a BOM, UTF-16, any surrogate, 1e400), and those go the long way
+        return msgspec.json.decode(text)
+    except (msgspec.MsgspecError, UnicodeError, RecursionError):
+        pass
     try:
         if isinstance(text, bytes):  # as json.loads would decode it (UTF-8, -16 or -32)
             text = text.decode(json.detect_encoding(text), "surrogatepass")
@@ -488,7 +495,12 @@ def _organization(payload: dict) -> str | None:
     return _text(_dig(payload, "organization", "login"))
 
 
+_CONTROLS = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0)], " ")
+"""Every control character (Unicode category Cc: exactly U+0000–U+001F and U+007F–U+009F)."""
+
+
 def _printable(text: str) -> str:
     """Control characters (terminal escapes among them) become spaces; lone surrogates `?`."""
-    cleaned = "".join(" " if unicodedata.category(ch) == "Cc" else ch for ch in text)
-    return cleaned.encode(errors="replace").decode()
+    if text.isprintable():  # neither a control character nor a surrogate (the usual title)
+        return text
+    return text.translate(_CONTROLS).encode(errors="replace").decode()

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from domain.errors import DomainError
 from domain.ingest import (
+    _json, _printable,
     CAIRN_WINDOW,
     REDACTED,
     SIGNED_SOURCES,
@@ -851,3 +852,64 @@ def test_a_title_of_nothing_but_control_characters_still_says_something(
     title = derive_title(source_type, kind, payload)
     assert title in ("webhook delivery", "cairn event", "push delivery", "push")
     assert derive_title("github", "push", {}) == "push"
+
+
+# --- the parse and the title's cleaning take the fast way only where it gives the same ---------
+
+
+def _reference_json(text: bytes | str) -> object | None:
+    """The payload as the standard library alone reads it (the parse before msgspec went first)."""
+    from domain.ingest import _is_unicode, _may_hold_surrogate, _refuse_constant
+    try:
+        if isinstance(text, bytes):
+            text = text.decode(json.detect_encoding(text), "surrogatepass")
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, TypeError, RecursionError):
+        return None
+    return None if _may_hold_surrogate(text) and not _is_unicode(value) else value
+
+
+ODD_DOCUMENTS = [
+    b"123456789012345678901234567890", b"-18446744073709551617", b"1e400", b"-1e400", b"123.456e789",
+    b"1.0000000000000000001", b"-0.0", b"-0", b"5e-324", b"2e-324", b'{"a":1,"a":2}', b'"\x01"', b'"\\ud800"',
+    b'"\\udc00x"', b'"\\ud83d\\ude00"', b'"\xed\xa0\x80"', b"\xef\xbb\xbf{}", "{}".encode("utf-16"),
+    '{"é": 1}'.encode("utf-32-le"), b"NaN", b"[Infinity]", b"[1,]", b'"\\u0000"', b"01", b"2.", b"", b"  ",
+    b"[" * 5000 + b"]" * 5000, b'"\xff"', b' {"a": [1, 2.5e-3]} \n', b"true", b"null", b'"\x7f"', b'"\\/"',
+]
+
+
+@pytest.mark.parametrize("document", ODD_DOCUMENTS, ids=range(len(ODD_DOCUMENTS)))
+def test_an_odd_document_parses_as_the_standard_library_reads_it(document: bytes) -> None:
+    assert repr(_json(document)) == repr(_reference_json(document))
+    try:
+        text = document.decode("utf-8", "surrogatepass")  # as the `payload` field of a form body
+    except UnicodeDecodeError:
+        return
+    assert repr(_json(text)) == repr(_reference_json(text))
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON_VALUES, st.booleans())
+def test_any_document_parses_as_the_standard_library_reads_it(value: object, ascii_only: bool) -> None:
+    document = json.dumps(value, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+    assert repr(_json(document)) == repr(_reference_json(document))
+
+
+def test_a_title_loses_exactly_the_control_characters_and_lone_surrogates() -> None:
+    import unicodedata
+
+    def reference(text: str) -> str:
+        cleaned = "".join(" " if unicodedata.category(ch) == "Cc" else ch for ch in text)
+        return cleaned.encode(errors="replace").decode()
+
+    every = "".join(chr(c) for c in range(0x3000)) + "\ud800 \udfff \U0001F600 \U000E0001 \u2028\u2029\u200b"
+    for start in range(0, len(every), 64):
+        assert _printable(every[start:start + 64]) == reference(every[start:start + 64])
+    assert _printable("issues opened: #12 a title") == "issues opened: #12 a title"
