@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -82,6 +83,10 @@ class ChainStore(Protocol):
     def hash_at_or_before(self, position: int) -> str | None: ...
 
     def count_after(self, position: int) -> int: ...
+
+    def last_position(self) -> int:
+        """The log's last position (0 when empty)."""
+        ...
 
     def seal(self, link: Callable[[str, Sequence[LoggedEvent | Unreadable]], list[tuple[int, str, str]]],
              now: Callable[[], Any]) -> int: ...
@@ -166,6 +171,10 @@ class AuditLog:
         """The last sealed link: `{position, hash, time}` (time of its event)."""
         head = self.chain.head()
         return {"position": head.position, "hash": head.hash, "time": head.time}
+
+    def behind(self) -> tuple[int, int]:
+        """(the head's position, the log's last position): two cheap reads, no page."""
+        return self.chain.head().position, self.chain.last_position()
 
     def unsealed(self) -> int:
         """How many events were appended after the head (0 when every event is sealed)."""
@@ -342,19 +351,46 @@ SEAL_EVERY = 0.25
 to seal, every event is sealed well within 1 s of its commit."""
 
 
+STANDBY_AFTER = 0.4
+"""Seconds an event may wait unsealed before a standby sealer seals it (its primary has not): with
+the looks SEAL_EVERY apart, under 1 s from its commit."""
+
+
 class Sealer:
     """Background work of `serve`: seals what any process appended, a few times a second.
 
     Several processes may run it on one database: the head row's lock lets one seal at a time,
-    and the others find nothing left to seal.
+    and the others find nothing left to seal. A `standby` sealer (the one in `serve` itself, whose
+    projector process seals: docs/adr/0032) only looks at the head and the log's end, and seals
+    only what has waited `standby` seconds, so the chain stays within 1 s while that process
+    starts, restarts or is stuck, and costs the serving process almost nothing meanwhile.
     """
 
-    def __init__(self, audit: AuditLog) -> None:
+    def __init__(self, audit: AuditLog, *, standby: float | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.audit = audit
         self.wake = threading.Event()
+        self.standby = standby
+        self._monotonic = monotonic
+        self._waiting: tuple[int, float] | None = None  # the last position seen unsealed, and when
         self._reported: Unreadable | None = None
 
+    def overdue(self) -> bool:
+        """For a standby: whether an event has waited unsealed for `standby` seconds."""
+        head, last = self.audit.behind()
+        now = self._monotonic()
+        if self._waiting is not None and head >= self._waiting[0]:
+            self._waiting = None  # what was waiting is sealed (by the primary)
+        if self._waiting is None:
+            if last > head:
+                self._waiting = (last, now)
+            return False
+        return now - self._waiting[1] >= self.standby
+
     def tick(self) -> float:
+        if self.standby is not None and not self.overdue():
+            return SEAL_EVERY
+        self._waiting = None
         self.audit.seal()
         stuck = self.audit.stuck
         if stuck is not None and stuck != self._reported:

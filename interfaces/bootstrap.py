@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from application.audit import AuditLog, Sealer
+from application.audit import STANDBY_AFTER, AuditLog, Sealer
 from application.background import ProjectionWorker, TimerScheduler
 from application.retention import RetentionService
 from application.ports import Clock
@@ -77,7 +77,9 @@ class Background:
 
     def start(self) -> Background:
         c = self.container
-        sealer = Sealer(c.audit)  # the hash chain (docs/adr/0022), first: it seals what serve wrote at start
+        # the hash chain (docs/adr/0022): sealed by the projector process when there is one, this
+        # one standing by (docs/adr/0032); first: it seals what serve wrote at start
+        sealer = Sealer(c.audit, standby=STANDBY_AFTER if self.projector_process else None)
         self._spawn("sealer", sealer.run)
         scheduler = TimerScheduler(c.app, c.views, c.clock)
         self.workers: tuple = (scheduler,)

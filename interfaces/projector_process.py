@@ -1,4 +1,5 @@
-"""The projection catch-up of `switchboard serve`, in a process of its own (docs/adr/0006).
+"""The projection catch-up of `switchboard serve`, in a process of its own (docs/adr/0006), and
+the audit chain's sealer (docs/adr/0032; `serve`'s own stands by).
 
 Catching the tracked read models up is CPU work in Python (decode each event, build its rows);
 in the serving process it competed for the GIL with HTTP and ingest. Here it runs beside it:
@@ -22,12 +23,14 @@ import sys
 import threading
 import time
 
+from application.audit import AuditLog, Sealer
 from application.background import ProjectionWorker
 from application.errors import ConfigurationError, StoreUnavailable, first_line
 from interfaces.clock import clock_of
 from interfaces.logs import configure_logging
 from interfaces.runtime import tune_gc
 from interfaces.settings import Settings
+from interfaces.store.chain import SqlChain, sorted_json
 from interfaces.store.database import DatabaseUrl
 from interfaces.store.eventstore import SqlEventStore
 from interfaces.store.projector import Projector
@@ -51,7 +54,8 @@ def _follow_parent(wake: threading.Event, stop: threading.Event) -> None:
 
 
 POOL_SIZE = 2
-"""PostgreSQL connections this process opens at most: the catch-up reads and applies on one."""
+"""PostgreSQL connections this process opens at most: the catch-up reads and applies on one, the
+sealer reads and seals on the other."""
 OPEN_BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0)
 """Seconds between attempts to open the store (the last repeats): a database that is down or out
 of connections costs one log line and a retry, never a crash and a restart by `serve`."""
@@ -94,10 +98,17 @@ def main() -> int:
         return 0
     worker = ProjectionWorker(Projector(store).catch_up)
     worker.wake = wake
+    # the hash chain's sealer (docs/adr/0022), here rather than in `serve`, whose own stands by
+    sealer = Sealer(AuditLog(SqlChain(store), store.clock, fast=sorted_json))
+    sealing = threading.Thread(target=sealer.run, args=(stop,), name="sealer", daemon=True)
+    sealing.start()
     tune_gc()
     try:
         worker.run(stop)
     finally:
+        stop.set()
+        sealer.wake.set()
+        sealing.join(timeout=5)
         store.close()
     return 0
 

@@ -143,6 +143,9 @@ class SqlChain:
             "SELECT hash FROM sb_audit_chain WHERE position <= %s ORDER BY position DESC LIMIT 1", (position,))
         return rows[0][0] if rows else None
 
+    def last_position(self) -> int:
+        return self.store.max_position()
+
     def count_after(self, position: int) -> int:
         """How many events the log holds after a position."""
         return int(self.db.query(f"SELECT count(*) FROM stored_events WHERE {self._position} > %s", (position,))[0][0])

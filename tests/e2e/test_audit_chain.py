@@ -330,3 +330,37 @@ def test_verify_file_refuses_what_is_not_an_export_with_a_clear_error(tmp_path):
     (tmp_path / "empty.jsonl").write_text("")
     assert cli.run("audit", "verify", "--file", str(tmp_path / "empty.jsonl")).ok().stdout.strip() == (
         "chain intact: 0 events, head " + "0" * 64)
+
+
+def test_a_standby_sealer_seals_only_what_its_primary_has_left_waiting(sqlite_url, make_container):
+    """`serve`'s own sealer stands by for its projector process's (docs/adr/0032): it reads only
+    the head and the log's end while the primary keeps up, and seals what has waited
+    STANDBY_AFTER seconds unsealed."""
+    from application.audit import STANDBY_AFTER, Sealer
+
+    container = make_container(sqlite_url)
+    app, audit = container.app, container.audit
+    app.ensure_admin()
+    slug = app.vend("standby", queues=["q"], caller=Caller.cli())["slug"]
+    now = [100.0]
+    standby = Sealer(audit, standby=STANDBY_AFTER, monotonic=lambda: now[0])
+    primary = Sealer(audit)
+    audit.seal()
+    head = audit.head()["position"]
+
+    def step(seconds: float) -> int:
+        now[0] += seconds
+        standby.tick()
+        return audit.head()["position"]
+
+    app.push(slug, "one", caller=Caller.cli(), payload={"n": 1})
+    assert step(0) == head  # seen waiting, not sealed
+    assert step(STANDBY_AFTER / 2) == head
+    primary.tick()  # the primary seals it in time
+    sealed = audit.head()["position"]
+    assert sealed > head
+    app.push(slug, "two", caller=Caller.cli(), payload={"n": 2})
+    assert step(STANDBY_AFTER * 0.6) == sealed  # seen waiting from now: the time before is not its
+    assert step(STANDBY_AFTER * 0.6) == sealed
+    assert step(STANDBY_AFTER * 0.5) == audit.behind()[1] > sealed  # the primary is gone: sealed here
+    assert step(STANDBY_AFTER * 10) == audit.behind()[1]  # nothing waiting: nothing to do

@@ -5,7 +5,9 @@ PostgreSQL get every event sealed once, in order, within 1 s of its commit."""
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import signal
 import threading
 import time
 from datetime import datetime
@@ -134,4 +136,55 @@ def test_two_servers_and_the_cli_writing_at_once_get_every_event_sealed_once_in_
         assert stack.cli.run("audit", "verify").ok().stdout.startswith(f"chain intact: {len(events)} events")
     finally:
         other.stop()
+        stack.close()
+
+
+def _projector_of(pid: int, timeout: float = 10) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for task in os.listdir(f"/proc/{pid}/task"):  # a restarted one is its supervisor thread's child
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                for child in f.read().split():
+                    with open(f"/proc/{child}/cmdline", "rb") as cmdline:
+                        if b"interfaces.projector_process" in cmdline.read():
+                            return int(child)
+        time.sleep(0.05)
+    raise AssertionError("serve started no projector process")
+
+
+def test_the_projector_process_seals_and_serve_stands_in_while_it_is_gone(store_url, tmp_path):
+    """`serve`'s projector process seals the chain (docs/adr/0032); killed, it is restarted after a
+    second or more, and meanwhile `serve`'s standby sealer keeps every event within 1 s."""
+    stack = Stack(store_url, tmp_path).start()
+    try:
+        vended = stack.vend("worker", ["work"])
+        token = stack.cli.json("operator", "token", "admin")["token"]
+        headers = {"Authorization": f"Bearer {token}"}
+
+        def push(seconds: float, name: str) -> None:
+            stop = time.monotonic() + seconds
+            with httpx.Client(base_url=stack.server.base, timeout=30, headers=headers) as client:
+                n = 0
+                while time.monotonic() < stop:
+                    answer = client.post(f"/api/v1/endpoints/{vended['slug']}/todos", json={"title": f"{name} {n}"})
+                    assert answer.status_code == 201, answer.text
+                    n += 1
+                    time.sleep(0.02)
+
+        push(1.0, "before")
+        projector = _projector_of(stack.server.proc.pid)
+        os.kill(projector, signal.SIGKILL)
+        push(2.5, "without")  # the projector is restarted after RESTART_DELAY (1 s) and its start-up
+        assert _projector_of(stack.server.proc.pid) != projector
+        push(1.0, "after")
+        _wait_sealed(store_url, _max_position(store_url), timeout=3)
+        exported = [json.loads(line) for line in stack.cli.run("audit", "export").ok().stdout.splitlines()]
+        sealed_at = dict(query(store_url, "SELECT position, sealed_at FROM sb_audit_chain"))
+        late = [(r["position"], (sealed_at[r["position"]] - _micros(r["time"])) / 1e6) for r in exported]
+        assert sorted(sealed_at) == [r["position"] for r in exported]  # every event sealed, once
+        assert max(seconds for _, seconds in late) < 1.0, sorted(late, key=lambda x: -x[1])[:5]
+        assert {r["data"]["title"].split()[0] for r in exported if r["type"] == "TodoOpened"} == {
+            "before", "without", "after"}
+        assert stack.cli.run("audit", "verify").ok().stdout.startswith("chain intact")
+    finally:
         stack.close()
