@@ -93,6 +93,13 @@ class Outcome:
         if self._waiter is not None:
             self._wake()
 
+    def resolve(self, value: Any) -> tuple[asyncio.AbstractEventLoop, asyncio.Future] | None:
+        """`set_result` whose awaiting caller, if any, is left to be woken by the one returned
+        here (the writer wakes each loop once per batch: `settle_all`)."""
+        self._value, self._state = value, _DONE
+        self._ready.release()
+        return self._waiter
+
     def set_exception(self, error: BaseException) -> None:
         self._error, self._state = error, _DONE
         self._ready.release()
@@ -126,6 +133,27 @@ def _settle(future: asyncio.Future, outcome: Outcome) -> None:
     """On the awaiting caller's loop: its future takes the outcome's answer."""
     if not future.done():
         future.set_result(outcome)
+
+
+def _settle_all(settled: list[tuple[asyncio.Future, Outcome]]) -> None:
+    for future, outcome in settled:
+        if not future.done():
+            future.set_result(outcome)
+
+
+def settle_all(answered: Sequence[tuple[Outcome, Any]]) -> None:
+    """Answers a batch's outcomes; the callers awaiting on one event loop are woken together, by
+    one `call_soon_threadsafe` (one wake-up of that loop, not one per command)."""
+    woken: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, Outcome]]] = {}
+    for outcome, value in answered:
+        waiter = outcome.resolve(value)
+        if waiter is not None:
+            woken.setdefault(waiter[0], []).append((waiter[1], outcome))
+    for loop, settled in woken.items():
+        try:
+            loop.call_soon_threadsafe(_settle_all, settled)
+        except RuntimeError:  # the loop has closed: nobody awaits these answers any more
+            pass
 
 
 class Job:
@@ -325,8 +353,7 @@ class Writer:
                     self._run_alone(job)
             else:
                 self._store_up()
-                for job, result in done:
-                    job.future.set_result(result)
+                settle_all([(job.future, result) for job, result in done])
                 self._announce(recorded)
         if recheck:
             self._process(recheck, attempt + 1)
