@@ -30,17 +30,26 @@ def unwritable_todo(slug):
     return handler
 
 
+class HeldWriter:
+    """A store with one endpoint, and a command that holds its writer until released: the
+    commands sent meanwhile queue up and form the next batch together."""
+
+    def __init__(self, store_url, make_container, agent: str) -> None:
+        container = make_container(store_url)
+        self.app, self.store = container.app, container.store
+        self.app.ensure_admin()
+        self.slug = self.app.vend(agent, queues=["q"], caller=CLI)["slug"]
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def hold(self, uow) -> None:
+        self.entered.set()
+        assert self.release.wait(10)
+
+
 def test_an_unwritable_command_fails_alone_in_its_batch(store_url, make_container):
-    container = make_container(store_url)
-    app, store = container.app, container.store
-    app.ensure_admin()
-    slug = app.vend("writer", queues=["q"], caller=CLI)["slug"]
-    entered, release = threading.Event(), threading.Event()
-
-    def hold_the_writer(uow):
-        entered.set()
-        assert release.wait(10)
-
+    held_writer = HeldWriter(store_url, make_container, "writer")
+    app, store, slug = held_writer.app, held_writer.store, held_writer.slug
+    entered, release, hold_the_writer = held_writer.entered, held_writer.release, held_writer.hold
     with ThreadPoolExecutor(max_workers=4) as pool:
         held = pool.submit(store.run, hold_the_writer)
         assert entered.wait(10)
@@ -68,15 +77,9 @@ def test_an_unwritable_command_fails_alone_in_its_batch(store_url, make_containe
 def test_commands_awaited_on_an_event_loop_share_a_batch_and_never_block_the_loop(store_url, make_container):
     """`run_async` (how ingest awaits its commit): the loop goes on running while the writer is
     busy; the awaited commands join the batch of a thread's, and each gets its own answer or error."""
-    container = make_container(store_url)
-    app, store = container.app, container.store
-    app.ensure_admin()
-    slug = app.vend("writer-async", queues=["q"], caller=CLI)["slug"]
-    entered, release = threading.Event(), threading.Event()
-
-    def hold_the_writer(uow):
-        entered.set()
-        assert release.wait(10)
+    held_writer = HeldWriter(store_url, make_container, "writer-async")
+    app, store, slug = held_writer.app, held_writer.store, held_writer.slug
+    entered, release, hold_the_writer = held_writer.entered, held_writer.release, held_writer.hold
 
     def opened(title):
         def handler(uow):
