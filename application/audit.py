@@ -371,6 +371,8 @@ class Sealer:
         self.audit = audit
         self.wake = threading.Event()
         self.standby = standby
+        self.name = "sealer" if standby is None else "standby sealer"
+        """The name its log lines carry (each process's loop says once that the store went, once that it is back)."""
         self._monotonic = monotonic
         self._waiting: tuple[int, float] | None = None  # the last position seen unsealed, and when
         self._reported: Unreadable | None = None
@@ -394,10 +396,10 @@ class Sealer:
         self.audit.seal()
         stuck = self.audit.stuck
         if stuck is not None and stuck != self._reported:
-            log.error("sealer: position %s cannot be sealed (%s); `switchboard audit verify` says more",
-                      stuck.position, stuck.reason)
+            log.error("%s: position %s cannot be sealed (%s); `switchboard audit verify` says more",
+                      self.name, stuck.position, stuck.reason)
             self._reported = stuck
         return SEAL_EVERY
 
     def run(self, stop: threading.Event) -> None:
-        run_loop(self.tick, self.wake, stop, "sealer")
+        run_loop(self.tick, self.wake, stop, self.name)

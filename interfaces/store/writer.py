@@ -109,7 +109,7 @@ class Outcome:
     def _wake(self) -> None:
         loop, future = self._waiter
         try:
-            loop.call_soon_threadsafe(_settle, future, self)
+            loop.call_soon_threadsafe(_settle_all, [(future, self)])
         except RuntimeError:  # the loop has closed: nobody awaits the answer any more
             pass
 
@@ -129,13 +129,8 @@ class Outcome:
         return self._value
 
 
-def _settle(future: asyncio.Future, outcome: Outcome) -> None:
-    """On the awaiting caller's loop: its future takes the outcome's answer."""
-    if not future.done():
-        future.set_result(outcome)
-
-
 def _settle_all(settled: list[tuple[asyncio.Future, Outcome]]) -> None:
+    """On the awaiting callers' loop: each future takes its outcome (which holds the answer)."""
     for future, outcome in settled:
         if not future.done():
             future.set_result(outcome)
