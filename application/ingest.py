@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -212,11 +212,11 @@ class Ingest:
         the rule engine) runs through `offload`, off the loop; the commit is awaited, so no
         thread waits for the writer's batch."""
         try:
-            try:
-                if len(body) > INLINE_BODY:
-                    raise WouldWait("a large body is verified and parsed on a thread")
-                command = self.prepare(token, headers, body, remote_addr, copies=True, inline=True)
-            except WouldWait:
+            command = None
+            if len(body) <= INLINE_BODY:  # a larger one is verified and parsed on a thread
+                with suppress(WouldWait):
+                    command = self.prepare(token, headers, body, remote_addr, copies=True, inline=True)
+            if command is None:
                 command = await offload(partial(self.prepare, token, headers, body, remote_addr, copies=True))
             return command.done(await self.store.run_async(command.handler, hints=command.hints))
         except StaleCopy:

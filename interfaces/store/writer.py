@@ -88,9 +88,7 @@ class Outcome:
         return self._state == _DONE
 
     def set_result(self, value: Any) -> None:
-        self._value, self._state = value, _DONE
-        self._ready.release()
-        if self._waiter is not None:
+        if self.resolve(value) is not None:
             self._wake()
 
     def resolve(self, value: Any) -> tuple[asyncio.AbstractEventLoop, asyncio.Future] | None:
@@ -124,9 +122,11 @@ class Outcome:
         if not self._ready.acquire(timeout=timeout):
             raise TimeoutError
         self._ready.release()
-        if self._error is not None:
-            raise self._error
-        return self._value
+        return self.answer()
+
+
+def _waiting_for_the_store() -> StoreUnavailable:
+    return StoreUnavailable("store unavailable: the writer is waiting for the store")
 
 
 def _settle_all(settled: list[tuple[asyncio.Future, Outcome]]) -> None:
@@ -192,11 +192,8 @@ class Writer:
             try:
                 return job.future.result(timeout=POOL_WAIT / 4)
             except TimeoutError:
-                # While the store is down the writer may be busy learning a lost commit's outcome:
-                # a job it has not taken yet is withdrawn after POOL_WAIT (nothing of it was
-                # written: 503). One it has taken gets its true answer, however long that takes.
-                if self.down and time.monotonic() - started >= POOL_WAIT and job.future.cancel():
-                    raise StoreUnavailable("store unavailable: the writer is waiting for the store") from None
+                if self._withdrawn(job, started):
+                    raise _waiting_for_the_store() from None
 
     async def run_async(self, handler: Callable[[UnitOfWork], T], source: ReadSource) -> T:
         """`run` for a caller on an event loop: it awaits the answer without holding a thread
@@ -208,10 +205,11 @@ class Writer:
 
         def check() -> None:  # as `run` does, every POOL_WAIT / 4
             nonlocal timer
-            if (self.down and time.monotonic() - started >= POOL_WAIT and job.future.cancel()
-                    and not future.done()):
-                future.set_exception(StoreUnavailable("store unavailable: the writer is waiting for the store"))
-            elif not future.done():
+            if future.done():
+                return
+            if self._withdrawn(job, started):
+                future.set_exception(_waiting_for_the_store())
+            else:
                 timer = loop.call_later(POOL_WAIT / 4, check)
 
         timer = loop.call_later(POOL_WAIT / 4, check)
@@ -220,6 +218,12 @@ class Writer:
         finally:
             timer.cancel()
         return outcome.answer()
+
+    def _withdrawn(self, job: Job, started: float) -> bool:
+        """While the store is down the writer may be busy learning a lost commit's outcome: a job
+        it has not taken yet is withdrawn after POOL_WAIT (nothing of it was written: 503). One it
+        has taken gets its true answer, however long that takes."""
+        return self.down and time.monotonic() - started >= POOL_WAIT and job.future.cancel()
 
     def _submit(self, job: Job) -> Job:
         if self._closed:
