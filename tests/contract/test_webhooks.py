@@ -20,6 +20,7 @@ from application.ingest import INLINE_BODY
 from application.webhooks import DEFAULT_REPLAY_LAST
 from domain.errors import NotFound
 from domain.ingest import SignatureRefused
+from domain.routing import Faulted
 from domain.webhook import Webhook
 from tests.fixtures import fixture, sign
 
@@ -484,6 +485,46 @@ def test_dedup_is_per_target(sb):
     events = hooks(sb).list_events(caller=me(owner), webhook_id=hook["webhook_id"])["events"]
     assert [e["id"] for e in events] == [third["event_id"], repeat["event_id"], first["event_id"]]
     assert [e["todos_created"] for e in events] == [1, 0, 3]
+
+
+class LoadedOnce:
+    """The real rule engine, except that its first dry run times out on every delivery, as a
+    loaded machine's first run can."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.runs: list[int] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self.engine, name)
+
+    def evaluate_many(self, rule_set, envelopes_json, **options):
+        self.runs.append(len(envelopes_json))
+        if len(self.runs) == 1:
+            return [(Faulted(0, "timeout"), None) for _ in envelopes_json]
+        return self.engine.evaluate_many(rule_set, envelopes_json, **options)
+
+
+def test_a_rule_save_refuses_a_timeout_only_when_it_happens_twice(sb):
+    hook, owner, _, _ = fan_out(sb)
+    github(sb, hook, "issues")
+    github(sb, hook, "push")
+    rulebook = hooks(sb).rulebook
+    rulebook.engine = loaded = LoadedOnce(rulebook.engine)
+    rules = {"rules": [{"id": "pushes", "expr": '.kind == "push"', "action": {"drop": True}}]}
+
+    saved = hooks(sb).set_rules(hook["webhook_id"], rules, caller=me(owner))
+
+    assert saved["rules"][0]["id"] == "pushes"
+    assert loaded.runs == [2, 2]  # the timed-out deliveries ran once more, and passed
+    assert github(sb, hook, "push")["dropped"] is True
+    # a rule that is slow each time is refused, and the saved rules stay
+    loaded.runs.clear()
+    slow = {"rules": [{"id": "spins", "expr": "[range(1e9)] | length > 0", "action": {"drop": True}}]}
+    error = raised(lambda: hooks(sb).set_rules(hook["webhook_id"], slow, caller=me(owner)))
+    assert error.code == "invalid_argument" and "rule #1 (spins)" in error.message and "timeout" in error.message, error
+    assert len(loaded.runs) == 2
+    assert [r["id"] for r in hooks(sb).rules(hook["webhook_id"], caller=me(owner))["rules"]] == ["pushes"]
 
 
 def test_a_drop_rule_stores_the_delivery_and_mints_nothing(sb):
