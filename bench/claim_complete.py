@@ -545,6 +545,8 @@ def main() -> int:
         args.rebuild_events, args.sqlite_rebuild_events = min(args.rebuild_events, 20_000), min(args.sqlite_rebuild_events, 6_000)
 
     logging.basicConfig(level=logging.WARNING)
+    if args.profile:
+        os.makedirs(args.profile, exist_ok=True)
     dbs = Databases(args.pg_url)
     tmp = tempfile.TemporaryDirectory(prefix="sb-bench-")
     summary: dict = {"pairs": []}

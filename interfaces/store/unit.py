@@ -189,10 +189,19 @@ class Unit:
                 ids = head + ids[SPREAD_ON_RETRY:]
             cached = self._batch.candidates[key] = (ids, len(ids) < fetch)
         # Leave out what an earlier command of the batch has already taken: eight claims of ten in
-        # one batch walked 0, 10, … 70 such candidates each, two reads and a copy apiece
+        # one batch walked 0, 10, … 70 such candidates each, two reads and a copy apiece. At most
+        # `limit` are given: a claim reads its first few, and the whole list (64 and more) cost
+        # each claim a hash per candidate.
         aggregates, now = self._batch.aggregates, self.now
-        return [c for c in cached[0] if not ((taken := aggregates.get(c)) is not None and taken.pending_events
-                                              and not taken.is_claimable(now))]
+        if not aggregates:
+            return cached[0][:limit]
+        ids: list[UUID] = []
+        for c in cached[0]:
+            if not ((taken := aggregates.get(c)) is not None and taken.pending_events and not taken.is_claimable(now)):
+                ids.append(c)
+                if len(ids) == limit:
+                    break
+        return ids
 
     def queue_load(self, endpoint_id: str, queue: str, *, fresh: bool = False) -> QueueLoad:
         """The queue's load — this process's estimate, or with `fresh` (and on a re-run) as committed —
