@@ -114,17 +114,26 @@ class Projector:
                 for p in self.store.projections for table in p.tables
             }
         differences: list[Difference] = []
+        # one pass over the log feeds every projection's shadow, each up to its own position
+        # (the log is decoded once, not once per read model)
+        shadows = {}
         for projection in self.store.projections:
-            shadow = sqlite3.connect(":memory:")
+            shadow = shadows[projection.name] = sqlite3.connect(":memory:")
             for statement in projection.ddl:
                 shadow.execute(statement)
-            stop, after = positions.get(projection.name, 0), 0
-            while after < stop:
-                recorded = [r for r in self.store.read_log(after, PAGE * 5) if r.position <= stop]
-                if not recorded:
-                    break
-                run_ops(shadow.cursor(), [op for r in recorded for op in projection.ops(r.event, r.position)], "?")
-                after = recorded[-1].position
+        stops = {p.name: positions.get(p.name, 0) for p in self.store.projections}
+        last, after = max(stops.values(), default=0), 0
+        while after < last:
+            recorded = [r for r in self.store.read_log(after, PAGE * 5) if r.position <= last]
+            if not recorded:
+                break
+            for projection in self.store.projections:
+                stop = stops[projection.name]
+                ops = [op for r in recorded if r.position <= stop for op in projection.ops(r.event, r.position)]
+                run_ops(shadows[projection.name].cursor(), ops, "?")
+            after = recorded[-1].position
+        for projection in self.store.projections:
+            shadow = shadows[projection.name]
             for table in projection.tables:
                 expected = _rows(shadow.cursor(), table, sqlite=True)
                 actual = live[(projection.name, table)]

@@ -61,12 +61,40 @@ def test_a_projection_behind_the_others_catches_up_without_moving_them_back(sb, 
     head = max(projector.positions().values())
     before = snapshot(sb)
     with sb.container.store.db.transaction() as tx:
-        tx.execute("DELETE FROM sb_stored_deliveries")
-        tx.execute("UPDATE sb_tracking SET position = 0 WHERE name = 'deliveries'")
+        tx.execute("DELETE FROM sb_todo_rows")
+        tx.execute("UPDATE sb_tracking SET position = 0 WHERE name = 'todo_rows'")
+    assert projector.positions()["todo_rows"] == 0
     monkeypatch.setattr(module, "PAGE", 5)  # several pages, each below the others' position
 
     projector.catch_up()
 
     assert set(projector.positions().values()) == {head}
-    assert projector.verify() == []  # nothing applied twice (counters), nothing missed (deliveries)
+    assert projector.verify() == []  # nothing applied twice (counters), nothing missed (todo rows)
     assert snapshot(sb) == before
+
+
+def test_verify_names_each_read_model_that_differs_from_the_log_at_its_own_position(sb):
+    mixed_workload(sb)
+    projector = sb.container.projector
+    projector.catch_up()
+    with sb.container.store.db.transaction() as tx:
+        tx.execute("UPDATE sb_todo_rows SET title = 'tampered' WHERE todo_id = "
+                   "(SELECT min(todo_id) FROM sb_todo_rows)")
+        # the claimable read model left at an earlier position, with its rows as they were there:
+        # nothing differs for it (it is compared with the log up to its own position)
+        tx.execute("DELETE FROM sb_claimable")
+        tx.execute("UPDATE sb_tracking SET position = 0 WHERE name = 'claimable'")
+    todo_id, title = sb.container.store.db.query(
+        "SELECT todo_id, title FROM sb_todo_rows WHERE title = 'tampered'")[0]
+
+    differences = projector.verify()
+
+    assert [(d.projection, d.table) for d in differences] == [("todo_rows", "sb_todo_rows")]
+    (found,) = differences
+    assert [row for row in found.unexpected if todo_id in row and title in row]
+    assert len(found.missing) == len(found.unexpected) == 1 and todo_id in found.missing[0]
+    assert projector.positions()["claimable"] == 0
+    projector.catch_up()  # the tampered row stays until a rebuild
+    assert [d.table for d in projector.verify()] == ["sb_todo_rows"]
+    projector.rebuild()
+    assert projector.verify() == [] and sb.container.store.db.query("SELECT count(*) FROM sb_claimable")[0][0] > 0
