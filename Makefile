@@ -4,6 +4,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 RUN_STAMP := $(VENV)/.installed-run
+# pytest-xdist workers for make test / test-quick, one test file per worker at a time (ADR 33);
+# WORKERS=0 runs the suite in this process, one test after another
+WORKERS ?= auto
+PYTEST := $(PY) -m pytest -n $(WORKERS) --dist loadfile
 
 .PHONY: run test test-quick bench bench-faults clean
 
@@ -24,13 +28,13 @@ $(STAMP): pyproject.toml
 run: $(RUN_STAMP)
 	$(VENV)/bin/switchboard serve
 
-## make test: the whole suite (PostgreSQL tests skip when none is reachable)
+## make test: the whole suite (PostgreSQL tests skip when none is reachable), on one worker per core
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PYTEST)
 
 ## make test-quick: the suite without the fault suite and the browser tests (a developer's loop)
 test-quick: $(STAMP)
-	$(PY) -m pytest -m "not fault and not browser"
+	$(PYTEST) -m "not fault and not browser"
 
 ## make bench: benchmarks with ratios against baselines measured in the same run
 bench: $(STAMP)
