@@ -4,10 +4,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 RUN_STAMP := $(VENV)/.installed-run
-# pytest-xdist workers for make test / test-quick, one test file per worker at a time (ADR 33);
-# WORKERS=0 runs the suite in this process, one test after another
-WORKERS ?= auto
-PYTEST := $(PY) -m pytest -n $(WORKERS) --dist loadfile
+# pytest-xdist workers, one test file per worker at a time (ADR 33): make test-quick runs on one
+# per core; make test (CI) runs in one process unless WORKERS is given (e.g. WORKERS=auto)
+WORKERS ?= 0
+QUICK_WORKERS ?= auto
 
 .PHONY: run test test-quick bench bench-faults clean
 
@@ -28,13 +28,13 @@ $(STAMP): pyproject.toml
 run: $(RUN_STAMP)
 	$(VENV)/bin/switchboard serve
 
-## make test: the whole suite (PostgreSQL tests skip when none is reachable), on one worker per core
+## make test: the whole suite (PostgreSQL tests skip when none is reachable)
 test: $(STAMP)
-	$(PYTEST)
+	$(PY) -m pytest -n $(WORKERS) --dist loadfile
 
 ## make test-quick: the suite without the fault suite and the browser tests (a developer's loop)
 test-quick: $(STAMP)
-	$(PYTEST) -m "not fault and not browser"
+	$(PY) -m pytest -n $(QUICK_WORKERS) --dist loadfile -m "not fault and not browser"
 
 ## make bench: benchmarks with ratios against baselines measured in the same run
 bench: $(STAMP)

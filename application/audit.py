@@ -7,6 +7,8 @@ it was sealed with, `verify` re-computes the chain over the store or over an exp
 
 from __future__ import annotations
 
+import collections
+
 import logging
 import threading
 import time
@@ -379,26 +381,28 @@ class Sealer:
         self.name = "sealer" if standby is None else "standby sealer"
         """The name its log lines carry (each process's loop says once that the store went, once that it is back)."""
         self._monotonic = monotonic
-        self._waiting: tuple[int, float] | None = None  # the last position seen unsealed, and when
+        self._seen: collections.deque[tuple[int, float]] = collections.deque()
+        """A standby's looks that found the log past the head: (the log's last position, when)."""
         self._reported: Unreadable | None = None
 
     def overdue(self) -> bool:
-        """For a standby: whether an event has waited unsealed for `standby` seconds."""
+        """For a standby: whether an event has waited unsealed for `standby` seconds since it was
+        first seen. The oldest unsealed event (the head's next) was first seen at the first look
+        that found the log at or past it; a primary that seals part of what waits does not start
+        the rest's wait again."""
         head, last = self.audit.behind()
         now = self._monotonic()
-        if self._waiting is not None and head >= self._waiting[0]:
-            self._waiting = None  # what was waiting is sealed (by the primary)
-        if self._waiting is None:
-            if last > head:
-                self._waiting = (last, now)
-            return False
-        return now - self._waiting[1] >= self.standby
+        if last > head and (not self._seen or last > self._seen[-1][0]):
+            self._seen.append((last, now))
+        while self._seen and self._seen[0][0] <= head:
+            self._seen.popleft()  # sealed meanwhile (by the primary)
+        return bool(self._seen) and now - self._seen[0][1] >= self.standby
 
     def tick(self) -> float:
         every = SEAL_EVERY if self.standby is None else STANDBY_EVERY
         if self.standby is not None and not self.overdue():
             return every
-        self._waiting = None
+        self._seen.clear()
         self.audit.seal()
         stuck = self.audit.stuck
         if stuck is not None and stuck != self._reported:
