@@ -8,7 +8,6 @@ it was sealed with, `verify` re-computes the chain over the store or over an exp
 from __future__ import annotations
 
 import collections
-
 import logging
 import threading
 import time

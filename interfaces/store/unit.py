@@ -193,8 +193,6 @@ class Unit:
         # `limit` are given: a claim reads its first few, and the whole list (64 and more) cost
         # each claim a hash per candidate.
         aggregates, now = self._batch.aggregates, self.now
-        if not aggregates:
-            return cached[0][:limit]
         ids: list[UUID] = []
         for c in cached[0]:
             if not ((taken := aggregates.get(c)) is not None and taken.pending_events and not taken.is_claimable(now)):
