@@ -4,10 +4,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 RUN_STAMP := $(VENV)/.installed-run
-# pytest-xdist workers, one test file per worker at a time (ADR 33): make test-quick runs on one
-# per core; make test (CI) runs in one process unless WORKERS is given (e.g. WORKERS=auto)
-WORKERS ?= 0
+# pytest-xdist workers, one test file per worker at a time (ADR 33): both targets run one per
+# core (WORKERS=0 runs the whole suite in one process, e.g. to read a test's -s output)
+WORKERS ?= auto
 QUICK_WORKERS ?= auto
+# a worker that crashes is not replaced: under --dist loadfile, pytest-xdist 3.8 runs the crashing
+# test again in each replacement, and can hang (CI hit that after a segfault); the run reports it
+XDIST := --dist loadfile --max-worker-restart=0
 
 .PHONY: run test test-quick bench bench-faults clean
 
@@ -30,11 +33,11 @@ run: $(RUN_STAMP)
 
 ## make test: the whole suite (PostgreSQL tests skip when none is reachable)
 test: $(STAMP)
-	$(PY) -m pytest -n $(WORKERS) --dist loadfile
+	$(PY) -m pytest -n $(WORKERS) $(XDIST)
 
 ## make test-quick: the suite without the fault suite and the browser tests (a developer's loop)
 test-quick: $(STAMP)
-	$(PY) -m pytest -n $(QUICK_WORKERS) --dist loadfile -m "not fault and not browser"
+	$(PY) -m pytest -n $(QUICK_WORKERS) $(XDIST) -m "not fault and not browser"
 
 ## make bench: benchmarks with ratios against baselines measured in the same run
 bench: $(STAMP)

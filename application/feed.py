@@ -35,6 +35,7 @@ PAGE = 500
 PAGES_PER_READ = 4  # a tick or a resume reads at most this many pages, then comes back for more
 RING = 20_000
 KNOWN_TODOS = 200_000
+JOIN_TIMEOUT = 10.0  # seconds close() waits for a tick in flight (a read of a stalled store)
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ class TransitionFeed:
         found: list[Transition] = []
         position = after
         for _ in range(PAGES_PER_READ):
-            if position >= ceiling:
+            if position >= ceiling or self._closed:  # closing: end a tick in flight at the next page
                 break
             page = self.store.read_log(position, PAGE, types=(*TODO_EVENTS, EndpointVended), stop=ceiling)
             if len(page) < PAGE:  # nothing more of these types up to the ceiling
@@ -204,16 +205,24 @@ class TransitionFeed:
 
     # -- followers
 
-    def follow(self) -> Follower:
-        """A new reader; `Follower.start` is the present (where a stream without Last-Event-ID begins)."""
+    def present(self) -> int:
+        """The log position now: a stream without Last-Event-ID sends every transition after it.
+        Taken before the stream's answer goes out, so what the client does once it has that
+        answer is always sent."""
         with self._lock:
-            self._followers += 1
+            head = self._head
+        return max(head, self.store.max_position())  # the tailer may be a poll behind
+
+    def follow(self, start: int | None = None) -> Follower:
+        """A new reader from `start`, a position already read with `present` (None: the present now)."""
+        with self._lock:
             if self._floor < 0 or self._thread is None or not self._thread.is_alive():
                 # nobody followed for a while: the ring and head are stale, start at the log's head
-                self._ring.clear()
                 self._start_locked()
+                self._ring.clear()
+            present = self.present() if start is None else start
+            self._followers += 1  # only once nothing can fail: a store error leaves no follower behind
             self._ensure_thread()
-            present = max(self._head, self.store.max_position())  # the tailer may be a poll behind
             return Follower(self, present)
 
     def _unfollow(self) -> None:
@@ -252,14 +261,34 @@ class TransitionFeed:
     def closed(self) -> bool:
         return self._closed
 
-    def close(self) -> None:
-        """The server is stopping: followers end their streams."""
+    @property
+    def tailing(self) -> bool:
+        """Whether the tailer thread is running (it reads the store)."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    def close(self, *, wait: bool = True) -> None:
+        """The server is stopping: followers end their streams, and (`wait`) the tailer has ended
+        when this returns, so the store can be closed under it. A store's close ends the
+        connections that are in use, and SQLite's C library crashes the process when one is
+        closed while another thread runs a statement on it (CI saw that segfault).
+        `wait=False` only signals: safe from a signal handler."""
         self._closed = True
         self._wake.set()
         with self._lock:
             listeners = list(self._listeners)
-        for listener in listeners:
-            listener()
+            thread = self._thread
+        try:
+            for listener in listeners:
+                try:
+                    listener()
+                except Exception:  # noqa: BLE001 - e.g. a stream's loop already closed: nothing to wake
+                    log.debug("transition feed: a listener failed at close", exc_info=True)
+        finally:
+            if wait and thread is not None and thread is not threading.current_thread():
+                thread.join(JOIN_TIMEOUT)
+                if thread.is_alive():
+                    log.warning("transition feed: the tailer did not end within %s s", JOIN_TIMEOUT)
 
 
 class Follower:

@@ -396,10 +396,13 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed, audit
         last = request.headers.get("last-event-id")
         if last is not None and not _POSITION.fullmatch(last.strip()):
             raise InvalidArgument("Last-Event-ID must be a log position")
-        await anyio.to_thread.run_sync(feed.store.max_position)  # store down: 503 now, not a cut stream
+        # the present is taken before the 200 goes out (the body starts after the headers), so
+        # what the client commits once it has the answer is sent; a store that is down: 503 now
+        present = await anyio.to_thread.run_sync(feed.present)
+        after = int(last) if last is not None else present
         session = request.scope["state"].get("session")  # None with a bearer token
         ends_at = session.issued_at + request.app.state.sessions.max_age if session is not None else None
-        return ServerSentEvent(_transitions(feed, owner, int(last) if last is not None else None, ends_at))
+        return ServerSentEvent(_transitions(feed, owner, after, ends_at))
 
     handlers = [
         list_todos, get_todo, todo_history, todo_explain, claim, extend, complete, fail, release, bulk_retry, retry, move, discard,
@@ -422,19 +425,18 @@ async def refuse_deep_json(request: Request) -> Response | None:
     return None
 
 
-async def _transitions(feed: TransitionFeed, owner: str | None, last: int | None,
+async def _transitions(feed: TransitionFeed, owner: str | None, after: int,
                        ends_at: float | None) -> AsyncIterator[ServerSentEventMessage]:
-    """Every transition after `last` (None: from now on) for this owner, then each new one as it
-    commits, until the server stops or the board session that opened the stream expires."""
+    """Every transition after a log position for this owner, then each new one as it commits,
+    until the server stops or the board session that opened the stream expires."""
     loop = asyncio.get_running_loop()
     changed = asyncio.Event()
 
     def listener() -> None:
         loop.call_soon_threadsafe(changed.set)
 
-    follower = await anyio.to_thread.run_sync(feed.follow)
+    follower = await anyio.to_thread.run_sync(feed.follow, after)
     feed.add_listener(listener)
-    after = last if last is not None else follower.start
     try:
         yield ServerSentEventMessage(data=None, comment="switchboard todo transitions", retry=RETRY_MILLISECONDS)
         while not feed.closed and (ends_at is None or time.time() < ends_at):

@@ -124,7 +124,8 @@ def create_app(container: Container, *, on_startup: Sequence[Callable[[], None]]
         route_handlers=route_handlers,
         exception_handlers={**EXCEPTION_HANDLERS, HTTPException: http_error, BoardRedirect: to_login},
         openapi_config=openapi_config(), logging_config=litestar_logging(), on_startup=list(on_startup),
-        on_shutdown=[lambda: ingest_threads.shutdown(wait=True, cancel_futures=True)],
+        # the feed's tailer ends before the store can close under it (application/feed.py)
+        on_shutdown=[lambda: feed.close(), lambda: ingest_threads.shutdown(wait=True, cancel_futures=True)],
         lifespan=[mcp.lifespan],  # the MCP session manager runs once, for the app's lifetime
         before_send=[add_security_headers],
         middleware=[request_guard(settings.body_timeout)],  # 431, 408, JSON depth: before any route

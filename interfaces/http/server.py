@@ -142,6 +142,7 @@ def serve(settings: Settings) -> int:
         print(f"switchboard: {error}", file=sys.stderr)
         return 1
     background = None
+    app = None
     try:
         try:
             check_key_opens_secrets(settings, container)
@@ -174,7 +175,7 @@ def serve(settings: Settings) -> int:
         config = uvicorn_config(app, settings)
         def stopping() -> None:  # end MCP sessions and board streams, so open connections close at once
             app.state.mcp.stopping()
-            app.state.feed.close()
+            app.state.feed.close(wait=False)  # the app's shutdown waits for its tailer
 
         server = _Uvicorn(config, on_exit=stopping)
         tune_gc()  # after start-up: what it left alive is never scanned again
@@ -188,6 +189,8 @@ def serve(settings: Settings) -> int:
             return 1 if stop.code else 0
         return 0 if server.started else 1
     finally:
+        if app is not None:  # a forced exit (a second Ctrl+C) skips the app's shutdown, which waits for it
+            app.state.feed.close()
         if background is not None:
             background.close()
         container.close()

@@ -5,11 +5,27 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 import application.feed
 from application.feed import TransitionFeed
 from application.service import Caller
 
 from .harness import CLI, agent, mixed_workload, unique
+
+
+@pytest.fixture
+def feeds(sb):
+    """Makes feeds on this store, each closed (its tailer ended) before the store closes."""
+    made: list[TransitionFeed] = []
+
+    def make(**options) -> TransitionFeed:
+        made.append(TransitionFeed(sb.container.store, **options))
+        return made[-1]
+
+    yield make
+    for feed in made:
+        feed.close()
 
 
 def todo_positions(sb, owner: str | None = None) -> list[tuple[int, str, str]]:
@@ -41,9 +57,9 @@ def drain(feed: TransitionFeed, after: int, owner: str | None) -> tuple[list[dic
     return found, after
 
 
-def test_a_follower_from_position_zero_gets_every_transition_once_in_log_order(sb):
+def test_a_follower_from_position_zero_gets_every_transition_once_in_log_order(sb, feeds):
     mixed_workload(sb)
-    feed = TransitionFeed(sb.container.store)
+    feed = feeds()
 
     found, head = drain(feed, 0, None)
 
@@ -53,10 +69,10 @@ def test_a_follower_from_position_zero_gets_every_transition_once_in_log_order(s
         [t for t in found if t["type"] == "TodoCompleted"])
 
 
-def test_each_owner_sees_only_its_own_endpoints_transitions(sb):
+def test_each_owner_sees_only_its_own_endpoints_transitions(sb, feeds):
     mixed_workload(sb)
     bob = next(e["owner"] for e in sb.app.list_endpoints(caller=CLI) if e["owner"] != "admin")
-    feed = TransitionFeed(sb.container.store)
+    feed = feeds()
 
     admins, _ = drain(feed, 0, "admin")
     bobs, _ = drain(feed, 0, bob)
@@ -66,8 +82,8 @@ def test_each_owner_sees_only_its_own_endpoints_transitions(sb):
     assert seen(admins) and seen(bobs) and not set(seen(admins)) & set(seen(bobs))
 
 
-def test_resuming_after_any_position_repeats_and_skips_nothing(sb):
-    feed = TransitionFeed(sb.container.store, ring=7)  # a small ring: old positions come from the log
+def test_resuming_after_any_position_repeats_and_skips_nothing(sb, feeds):
+    feed = feeds(ring=7)  # a small ring: old positions come from the log
     follower = feed.follow()
     try:
         vended = sb.vend()
@@ -85,8 +101,8 @@ def test_resuming_after_any_position_repeats_and_skips_nothing(sb):
         follower.close()
 
 
-def test_transitions_from_another_process_reach_the_tailer(sb):
-    feed = TransitionFeed(sb.container.store)
+def test_transitions_from_another_process_reach_the_tailer(sb, feeds):
+    feed = feeds()
     start = feed.head()
     other = sb.another_process()
     vended = other.app.vend(unique("w"), queues=[unique("q")], caller=CLI)
@@ -100,9 +116,9 @@ def test_transitions_from_another_process_reach_the_tailer(sb):
     assert head == other.store.max_position()
 
 
-def test_concurrent_writers_never_make_the_tailer_skip_or_repeat(sb):
+def test_concurrent_writers_never_make_the_tailer_skip_or_repeat(sb, feeds):
     """Two containers (as two processes) append at once while the tailer reads in between."""
-    feed = TransitionFeed(sb.container.store)
+    feed = feeds()
     start = feed.head()
     containers = [sb.container, sb.another_process()]
     vended = sb.vend()
@@ -139,9 +155,9 @@ def test_concurrent_writers_never_make_the_tailer_skip_or_repeat(sb):
     assert seen(collected) == expected
 
 
-def test_a_follower_after_an_idle_spell_starts_at_the_present(sb):
+def test_a_follower_after_an_idle_spell_starts_at_the_present(sb, feeds):
     """Once nobody follows, the tailer stops; the next follower must not inherit a stale head."""
-    feed = TransitionFeed(sb.container.store, poll=0.01)
+    feed = feeds(poll=0.01)
     vended = sb.vend()
     feed.follow().close()
     for i in range(3):  # while nobody follows
@@ -164,12 +180,12 @@ def test_a_follower_after_an_idle_spell_starts_at_the_present(sb):
         follower.close()
 
 
-def test_a_resume_from_far_back_comes_in_bounded_pages(sb, monkeypatch):
+def test_a_resume_from_far_back_comes_in_bounded_pages(sb, feeds, monkeypatch):
     monkeypatch.setattr(application.feed, "PAGE", 4)  # 4 pages of 4 events per call at most
     vended = sb.vend()
     for i in range(20):
         sb.push(vended, f"t{i}")
-    feed = TransitionFeed(sb.container.store, ring=5)
+    feed = feeds(ring=5)
     feed.follow()
     calls, found, after, more = 0, [], 0, True
     while more:
@@ -181,16 +197,41 @@ def test_a_resume_from_far_back_comes_in_bounded_pages(sb, monkeypatch):
     assert seen(found) == todo_positions(sb)
 
 
-def test_a_todo_opened_before_the_feed_looked_is_still_placed_and_owned(sb):
+def test_a_todo_opened_before_the_feed_looked_is_still_placed_and_owned(sb, feeds):
     """Resuming after a todo's opening: its endpoint and queue are read from the store."""
     vended = sb.vend()
     todo_id = sb.push(vended)["id"]
     opened_at = sb.container.store.max_position()
     sb.app.claim(todo_id, caller=agent(vended))
-    feed = TransitionFeed(sb.container.store)  # a new process: it never saw the TodoOpened
+    feed = feeds()  # a new process: it never saw the TodoOpened
 
     found, _ = drain(feed, opened_at, "admin")
 
     assert [(t["todo_id"], t["type"], t["queue"], t["endpoint_id"]) for t in found] == [
         (todo_id, "TodoClaimed", vended["queues"][0], vended["endpoint_id"])]
     assert drain(feed, opened_at, "someone-else")[0] == []
+
+
+def test_close_returns_once_the_tailer_has_ended(sb, feeds):
+    """The store is closed right after the feed: a tick still reading then would run on a closed
+    connection (on SQLite, a segfault of the whole process)."""
+    feed = feeds(poll=0.01)
+    reading, release = threading.Event(), threading.Event()
+    read = feed._read
+
+    def slow_read(after: int, stop: int | None = None):
+        reading.set()
+        release.wait(5)
+        return read(after, stop)
+
+    feed._read = slow_read
+    follower = feed.follow()
+    assert reading.wait(5)
+    closer = threading.Thread(target=feed.close)
+    closer.start()
+    closer.join(0.3)
+    assert closer.is_alive(), "close() returned while a tick was still reading the store"
+    release.set()
+    closer.join(5)
+    assert not closer.is_alive() and not feed.tailing
+    follower.close()

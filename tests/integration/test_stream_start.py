@@ -1,0 +1,76 @@
+"""`GET /api/v1/stream` without Last-Event-ID starts at the present as the client sees it: a todo
+committed the moment the client has the 200 is sent, however late the server starts the body.
+
+The real app in process, on a real SQLite store, called over ASGI directly so that the test
+can act between the response's headers and its body: its `send` opens a todo when the
+headers arrive, before Litestar iterates the stream. A stream that fixed its start only when
+its body began (the race CI hit under load: the client's push committed before the server's
+generator had run) would count that todo as past and never send it."""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+from litestar.testing import TestClient
+
+from application.service import Caller
+from interfaces.http.app import create_app
+
+
+def test_a_todo_committed_as_the_headers_arrive_is_sent(make_container, sqlite_url):
+    container = make_container(sqlite_url)
+    app = container.app
+    container.app.ensure_admin()
+    token = app.operators.mint_token("admin", caller=Caller.cli())
+    endpoint = app.vend("agent", queues=["inbox"], caller=Caller.cli())
+    asgi = create_app(container)
+    pushed: list[str] = []
+    body = bytearray()
+    seen = anyio.Event()
+
+    async def receive() -> dict:
+        await seen.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            assert message["status"] == 200
+            opened = await anyio.to_thread.run_sync(
+                lambda: app.push(endpoint["slug"], "right after the headers", caller=Caller.operator("admin")))
+            pushed.append(opened["todo"]["id"])
+        elif message["type"] == "http.response.body":
+            body.extend(message.get("body", b""))
+            if pushed and pushed[0].encode() in body:
+                seen.set()
+
+    async def call() -> None:
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+            "scheme": "http", "path": "/api/v1/stream", "raw_path": b"/api/v1/stream", "root_path": "",
+            "query_string": b"", "headers": [(b"host", b"test"), (b"authorization", f"Bearer {token}".encode())],
+            "client": ("127.0.0.1", 50000), "server": ("test", 80), "state": {},
+        }
+        with anyio.move_on_after(5):  # the feed polls every 0.25 s: plenty, were the todo sent at all
+            await asgi(scope, receive, send)
+        seen.set()
+
+    with TestClient(asgi) as http:  # runs the app's lifespan (the writer, the feed) on its portal
+        http.blocking_portal.call(call)
+
+    assert pushed, "the stream never answered"
+    events = [json.loads(line[len("data:"):]) for line in body.decode().splitlines()
+              if line.startswith("data:") and "todo_id" in line]
+    assert [(e["todo_id"], e["type"]) for e in events] == [(pushed[0], "TodoOpened")], body.decode()
+
+
+def test_the_apps_shutdown_ends_the_feeds_tailer(make_container, sqlite_url):
+    """The store closes right after the app: a tailer still reading it then would run on a closed
+    SQLite connection, which crashes the process (CI saw it). A stream still open at shutdown
+    keeps the tailer busy until the app's shutdown ends it."""
+    asgi = create_app(make_container(sqlite_url))
+    with TestClient(asgi):
+        open_stream = asgi.state.feed.follow()
+        assert asgi.state.feed.tailing
+    assert not asgi.state.feed.tailing, "the app shut down with the feed's tailer still reading the store"
+    open_stream.close()
