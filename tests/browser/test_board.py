@@ -273,6 +273,46 @@ def test_a_signed_webhook_appears_on_the_todos_without_a_reload(api, github, end
     assert_not_reloaded(page)
 
 
+def test_a_todo_committed_before_the_stream_opened_still_shows(github, endpoint, open_page):
+    """The page is rendered, then its event stream opens at the present: a todo committed in
+    between never comes as an event. The board catches up once the stream is open."""
+    page = open_page()
+    delivered: list[str] = []
+
+    def deliver_first(route) -> None:  # after the page's render, before its stream answers
+        if not delivered:
+            delivered.append(deliver_issue(github, 4244, "Committed before the stream opened")[0])
+        route.continue_()
+
+    page.route("**/api/v1/stream", deliver_first)
+    go_live(page, f"/todos?endpoint={endpoint['slug']}")
+    assert delivered, "the page never opened its stream"
+    expect(row(page, delivered[0])).to_be_visible(timeout=LIVE_MS)
+    expect(row(page, delivered[0])).to_have_class(re.compile(r"\bis-updated\b"))  # what the catch-up brought
+    expect(page.locator("tr.is-updated")).to_have_count(1)  # and nothing else
+    assert_not_reloaded(page)
+
+
+def test_a_refused_action_keeps_the_operators_input_while_the_page_is_live(api, endpoint, open_page):
+    """A refused complete shows the page again with what the operator typed; neither the stream's
+    catch-up nor a later transition of the todo replaces it (the form counts as being edited)."""
+    todo_id = push(api, endpoint, unique("refused complete"))
+    page = open_page()
+    page.goto(f"/todos/{todo_id}")
+    page.get_by_role("button", name="Claim", exact=True).click()
+    expect(page.get_by_role("status")).to_have_text("Claimed: the lease is yours.")
+    page.get_by_label("Summary").fill("half done")
+    page.get_by_label("Result JSON").fill('{"broken": ')
+    page.get_by_role("button", name="Complete", exact=True).click()
+    page.console.allow(r"status of 400")
+    expect(page.get_by_role("alert")).to_contain_text("JSON")
+    expect(page.locator("[data-live-status]")).to_have_text("Live: updates paused while you edit a form")
+    act(api, todo_id, "extend", lease_ttl_seconds=600)  # a transition while the refused form is shown
+    page.wait_for_timeout(LIVE_MS)
+    expect(page.get_by_label("Summary")).to_have_value("half done")
+    expect(page.get_by_label("Result JSON")).to_have_value('{"broken": ')
+
+
 def test_claim_fail_and_retry_from_the_board_while_the_list_watches(api, endpoint, open_page, latency, screenshot):
     title = "Triage the flaky upload test"
     todo_id = push(api, endpoint, title, payload={"repo": "octo-org/octo-repo", "test": "test_upload_with_space"})

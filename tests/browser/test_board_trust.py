@@ -94,3 +94,36 @@ def test_the_trust_panel_is_only_on_forge_webhooks(api, open_page):
     page.goto(f"/webhooks/{hook['webhook_id']}")
     expect(page.get_by_role("heading", name="Routing rules")).to_be_visible()
     expect(page.get_by_role("region", name="Trusted senders")).to_have_count(0)
+
+
+def test_a_queue_picked_for_release_is_kept_while_the_page_catches_up(api, open_page):
+    """The operator picks a queue (the select keeps no focus) while the page's catch-up refresh is
+    on its way: the refresh is not applied over the changed form, and the release goes where the
+    operator picked."""
+    endpoint = vend(api, f"Picking Agent {uuid.uuid4().hex[:4]}")
+    hook = ok(api.post("/webhooks", json={"endpoint": endpoint["slug"], "source_type": "github",
+                                          "target_queue": "inbox"}), 201)
+    ok(api.put(f"/webhooks/{hook['webhook_id']}/trust", json={"trusted_senders": ["octocat-alice"]}))
+    held = deliver(hook, "issue_comment", "github_issue_comment_created.json")  # drive-by-dana
+    assert held["held"] is True
+
+    page = open_page()
+    waiting: list[Any] = []
+    page.route(f"**/todos/{held['id']}", lambda route: waiting.append(route)
+               if route.request.headers.get("x-board-partial") else route.continue_())
+    page.goto(f"/todos/{held['id']}")
+    live = page.locator("[data-live-status]")
+    expect(live).to_have_text("Live")
+    page.wait_for_timeout(500)  # the catch-up's fetch is held above
+    assert len(waiting) == 1, "the stream's catch-up never asked for the page"
+    page.get_by_label("Release to queue").select_option("reviews")
+    page.get_by_role("heading", level=1).click()  # the select loses its focus; its value stays changed
+    waiting.pop().continue_()
+    expect(live).to_have_text("Live: updates paused while you edit a form")
+    page.wait_for_timeout(1500)  # a retry finds the form still changed
+    expect(live).to_have_text("Live: updates paused while you edit a form")
+    expect(page.get_by_label("Release to queue")).to_have_value("reviews")
+    page.unroute(f"**/todos/{held['id']}")
+    page.get_by_role("button", name="Release to queue").click()
+    expect(page.get_by_text("Released from quarantine.")).to_be_visible()
+    assert ok(api.get(f"/todos/{held['id']}"))["queue"] == "reviews"

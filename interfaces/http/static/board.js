@@ -4,7 +4,15 @@
  * it fetches `data-live-src` with the header `X-Board-Partial: 1`; the answer holds one
  * `[data-live-part=NAME]` element per live region of the page, whose content replaces the
  * region's. On a todo page (`data-live-todo`) only that todo's events count. While the operator
- * is typing in a form inside a live region, the refresh waits.
+ * is editing a form inside a live region (focus in a field, or a field changed from what the
+ * server sent), the refresh waits, and a refresh that arrives once editing began is not applied.
+ *
+ * The stream starts at the present when it opens, not when the page was rendered: whatever
+ * committed in between would never come as an event. So each time the stream opens (and each
+ * time it reconnects) the page refreshes once to catch up. A region whose server HTML did not
+ * change is left as it is; what such a catch-up brings flashes (the rows that are new, or a todo
+ * page's regions), nothing else does. A region holding a form the server filled back in after a
+ * refused action (`data-refilled`) counts as being edited.
  */
 (function () {
   "use strict";
@@ -20,6 +28,9 @@
   }
 
   function isBusy(region) {
+    if (region.querySelector("[data-refilled]")) {
+      return true; // the operator's refused input, shown again: never replaced under them
+    }
     var active = document.activeElement;
     if (active && region.contains(active) && active.matches("input, textarea, select")) {
       return true;
@@ -30,6 +41,20 @@
       var dirty = field.type === "checkbox" || field.type === "radio"
         ? field.checked !== field.defaultChecked : field.value !== field.defaultValue;
       if (dirty) {
+        return true;
+      }
+    }
+    var selects = region.querySelectorAll("select");
+    for (var j = 0; j < selects.length; j++) {
+      var select = selects[j];
+      if (select.multiple) {
+        if (Array.prototype.some.call(select.options, function (o) { return o.selected !== o.defaultSelected; })) {
+          return true;
+        }
+        continue;
+      }
+      var preset = Array.prototype.findIndex.call(select.options, function (option) { return option.defaultSelected; });
+      if (select.selectedIndex !== Math.max(preset, 0)) { // none marked `selected`: the first shows
         return true;
       }
     }
@@ -57,6 +82,9 @@
     var inFlight = false;
     var again = false;
     var touched = new Set();
+    var catchUp = false; // the next refresh is the stream's catch-up, not an event's
+    // each region's HTML as the server sent it (trimmed: the page and the partial indent it apart)
+    var shown = regions.map(function (region) { return region.innerHTML.trim(); });
 
     function schedule(delay) {
       if (timer !== null) {
@@ -78,6 +106,9 @@
       }
       var ids = Array.from(touched);
       touched.clear();
+      var quiet = catchUp && !ids.length; // no event asked for it: flash only what changed
+      catchUp = false;
+      var retry = false;
       inFlight = true;
       fetch(src, { headers: { "X-Board-Partial": "1" }, credentials: "same-origin", cache: "no-store" })
         .then(function (response) {
@@ -87,15 +118,36 @@
           return response.text();
         })
         .then(function (html) {
+          if (regions.some(isBusy)) { // the operator began editing while it was on its way
+            ids.forEach(function (id) { touched.add(id); });
+            catchUp = catchUp || quiet;
+            setStatus("Live: updates paused while you edit a form", true);
+            retry = true;
+            return;
+          }
           var doc = new DOMParser().parseFromString(html, "text/html");
-          regions.forEach(function (region) {
+          var changed = [];
+          regions.forEach(function (region, index) {
             var part = doc.querySelector('[data-live-part="' + region.getAttribute("data-live-part") + '"]');
-            if (part) {
+            if (part && part.innerHTML.trim() !== shown[index]) {
+              var before = new Set(Array.from(region.querySelectorAll("[data-todo-id]"), function (el) {
+                return el.getAttribute("data-todo-id");
+              }));
               region.innerHTML = part.innerHTML;
+              shown[index] = part.innerHTML.trim();
+              changed.push(region);
+              if (quiet) { // no event named them: the rows this catch-up brought are the news
+                region.querySelectorAll("[data-todo-id]").forEach(function (el) {
+                  var id = el.getAttribute("data-todo-id");
+                  if (!before.has(id) && ids.indexOf(id) < 0) {
+                    ids.push(id);
+                  }
+                });
+              }
             }
           });
           markUpdated(root, ids);
-          if (onlyTodo) {
+          if (onlyTodo && !(quiet && !changed.length)) {
             regions.forEach(function (region) {
               region.classList.remove("is-updated");
               void region.offsetWidth;
@@ -109,7 +161,10 @@
         })
         .finally(function () {
           inFlight = false;
-          if (again) {
+          if (retry) {
+            again = false; // the retry refreshes for it too
+            schedule(BUSY_RETRY_MS);
+          } else if (again) {
             again = false;
             schedule(DEBOUNCE_MS);
           }
@@ -119,6 +174,8 @@
     var stream = new EventSource("/api/v1/stream");
     stream.addEventListener("open", function () {
       setStatus("Live", true);
+      catchUp = true;
+      schedule(DEBOUNCE_MS);
     });
     stream.addEventListener("error", function () {
       setStatus(stream.readyState === EventSource.CLOSED ? "Live updates unavailable: reload to refresh"
@@ -176,11 +233,11 @@
 
   document.addEventListener("DOMContentLoaded", function () {
     confirmations();
-    copyButtons();
     var root = document.querySelector("[data-live-src]");
     if (root) {
       setStatus("Connecting…", false);
-      startLive(root);
+      startLive(root); // first: it keeps each region's HTML as the server sent it
     }
+    copyButtons();
   });
 })();
