@@ -389,20 +389,24 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed, audit
     @get("/stream", summary="Server-Sent Events: this operator's todo transitions",
          description="Each event is `event: todo`, `id: <log position>`, data: position, todo_id, type, state, "
                      "dead_letter, queue, endpoint_id, time, actor. Send `Last-Event-ID` to resume after a "
-                     "position; without it the stream starts at the present.")
-    async def stream(request: Request) -> ServerSentEvent:
+                     "position, or `?after=<position>` (e.g. the one a page was rendered at); with neither "
+                     "the stream starts at the present.")
+    async def stream(request: Request, after: FromQuery[str | None] = None) -> ServerSentEvent:
         caller = caller_of(request)
         owner = visible_owner(caller)
         last = request.headers.get("last-event-id")
         if last is not None and not _POSITION.fullmatch(last.strip()):
             raise InvalidArgument("Last-Event-ID must be a log position")
+        if after is not None and not _POSITION.fullmatch(after.strip()):
+            raise InvalidArgument("after must be a log position")
         # the present is taken before the 200 goes out (the body starts after the headers), so
         # what the client commits once it has the answer is sent; a store that is down: 503 now
         present = await anyio.to_thread.run_sync(feed.present)
-        after = int(last) if last is not None else present
+        # Last-Event-ID (what a reconnecting EventSource sends) is later than the URL's `after`
+        start = int(last) if last is not None else min(int(after), present) if after is not None else present
         session = request.scope["state"].get("session")  # None with a bearer token
         ends_at = session.issued_at + request.app.state.sessions.max_age if session is not None else None
-        return ServerSentEvent(_transitions(feed, owner, after, ends_at))
+        return ServerSentEvent(_transitions(feed, owner, start, ends_at))
 
     handlers = [
         list_todos, get_todo, todo_history, todo_explain, claim, extend, complete, fail, release, bulk_retry, retry, move, discard,

@@ -274,8 +274,8 @@ def test_a_signed_webhook_appears_on_the_todos_without_a_reload(api, github, end
 
 
 def test_a_todo_committed_before_the_stream_opened_still_shows(github, endpoint, open_page):
-    """The page is rendered, then its event stream opens at the present: a todo committed in
-    between never comes as an event. The board catches up once the stream is open."""
+    """A todo committed after the page was rendered and before its event stream opened still
+    comes as an event: the stream starts at the position the page was rendered at."""
     page = open_page()
     delivered: list[str] = []
 
@@ -284,18 +284,18 @@ def test_a_todo_committed_before_the_stream_opened_still_shows(github, endpoint,
             delivered.append(deliver_issue(github, 4244, "Committed before the stream opened")[0])
         route.continue_()
 
-    page.route("**/api/v1/stream", deliver_first)
+    page.route("**/api/v1/stream*", deliver_first)
     go_live(page, f"/todos?endpoint={endpoint['slug']}")
     assert delivered, "the page never opened its stream"
     expect(row(page, delivered[0])).to_be_visible(timeout=LIVE_MS)
-    expect(row(page, delivered[0])).to_have_class(re.compile(r"\bis-updated\b"))  # what the catch-up brought
+    expect(row(page, delivered[0])).to_have_class(re.compile(r"\bis-updated\b"))  # flashed as news
     expect(page.locator("tr.is-updated")).to_have_count(1)  # and nothing else
     assert_not_reloaded(page)
 
 
 def test_a_refused_action_keeps_the_operators_input_while_the_page_is_live(api, endpoint, open_page):
-    """A refused complete shows the page again with what the operator typed; neither the stream's
-    catch-up nor a later transition of the todo replaces it (the form counts as being edited)."""
+    """A refused complete shows the page again with what the operator typed; a later transition of
+    the todo does not replace it (the form counts as being edited)."""
     todo_id = push(api, endpoint, unique("refused complete"))
     page = open_page()
     page.goto(f"/todos/{todo_id}")
@@ -306,11 +306,42 @@ def test_a_refused_action_keeps_the_operators_input_while_the_page_is_live(api, 
     page.get_by_role("button", name="Complete", exact=True).click()
     page.console.allow(r"status of 400")
     expect(page.get_by_role("alert")).to_contain_text("JSON")
-    expect(page.locator("[data-live-status]")).to_have_text("Live: updates paused while you edit a form")
     act(api, todo_id, "extend", lease_ttl_seconds=600)  # a transition while the refused form is shown
+    expect(page.locator("[data-live-status]")).to_have_text("Live: updates paused while you edit a form")
     page.wait_for_timeout(LIVE_MS)
     expect(page.get_by_label("Summary")).to_have_value("half done")
     expect(page.get_by_label("Result JSON")).to_have_value('{"broken": ')
+
+
+def test_a_refused_action_with_nothing_typed_does_not_hold_the_page(api, endpoint, open_page):
+    """A refused claim whose lease field was left empty has no input to keep: the page it shows
+    stays live, and a later transition of the todo shows."""
+    todo_id = push(api, endpoint, unique("refused claim"))
+    page = open_page()
+    page.route("**/api/v1/stream*", lambda route: route.abort())  # this page does not see the claim below
+    page.goto(f"/todos/{todo_id}")
+    act(api, todo_id, "claim")
+    page.unroute("**/api/v1/stream*")
+    page.console.allow(r"status of 409|api/v1/stream")
+    page.get_by_role("button", name="Claim", exact=True).click()
+    expect(page.get_by_role("alert")).to_contain_text("conflict")
+    expect(page.locator("[data-live-status]")).to_have_text("Live")
+    act(api, todo_id, "release")
+    expect(todo_state(page)).to_have_text("pending", timeout=LIVE_MS)
+    expect(page.locator("[data-live-status]")).to_have_text("Live")
+
+
+def test_the_focused_button_keeps_the_focus_when_its_region_refreshes(api, endpoint, open_page):
+    """A keyboard user on the Claim button stays there while a transition refreshes the panel."""
+    todo_id = push(api, endpoint, unique("focus kept"))
+    page = open_page()
+    go_live(page, f"/todos/{todo_id}")
+    page.get_by_role("button", name="Claim", exact=True).focus()
+    act(api, todo_id, "claim")
+    act(api, todo_id, "release")
+    expect(timeline(page).filter(has_text="released")).to_have_count(1, timeout=LIVE_MS)
+    expect(page.get_by_role("button", name="Claim", exact=True)).to_be_focused()
+    assert_not_reloaded(page)
 
 
 def test_claim_fail_and_retry_from_the_board_while_the_list_watches(api, endpoint, open_page, latency, screenshot):

@@ -5,6 +5,7 @@ Setup goes through the operator API and real signed deliveries (tests/fixtures).
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -96,10 +97,10 @@ def test_the_trust_panel_is_only_on_forge_webhooks(api, open_page):
     expect(page.get_by_role("region", name="Trusted senders")).to_have_count(0)
 
 
-def test_a_queue_picked_for_release_is_kept_while_the_page_catches_up(api, open_page):
-    """The operator picks a queue (the select keeps no focus) while the page's catch-up refresh is
-    on its way: the refresh is not applied over the changed form, and the release goes where the
-    operator picked."""
+def test_a_queue_picked_for_release_is_kept_while_a_refresh_is_on_its_way(api, open_page):
+    """The operator picks a queue (the select keeps no focus) while a refresh of the todo's page is
+    on its way: the refresh is not applied over the changed form, nor retried while it is changed,
+    and the release goes where the operator picked."""
     endpoint = vend(api, f"Picking Agent {uuid.uuid4().hex[:4]}")
     hook = ok(api.post("/webhooks", json={"endpoint": endpoint["slug"], "source_type": "github",
                                           "target_queue": "inbox"}), 201)
@@ -111,11 +112,19 @@ def test_a_queue_picked_for_release_is_kept_while_the_page_catches_up(api, open_
     waiting: list[Any] = []
     page.route(f"**/todos/{held['id']}", lambda route: waiting.append(route)
                if route.request.headers.get("x-board-partial") else route.continue_())
+    # the page's stream says this todo changed (nothing changes a quarantined todo and keeps its
+    # release form), and asks for no reconnect for a minute
+    change = json.dumps({"todo_id": held["id"], "type": "TodoOpened", "state": "pending"})
+    page.route("**/api/v1/stream*", lambda route: route.fulfill(
+        status=200, headers={"content-type": "text/event-stream"},
+        body=f"retry: 60000\n\nevent: todo\nid: 1\ndata: {change}\n\n"))
     page.goto(f"/todos/{held['id']}")
+    for _ in range(50):
+        if waiting:
+            break
+        page.wait_for_timeout(100)
+    assert len(waiting) == 1, "the stream's event never asked for a refresh"
     live = page.locator("[data-live-status]")
-    expect(live).to_have_text("Live")
-    page.wait_for_timeout(500)  # the catch-up's fetch is held above
-    assert len(waiting) == 1, "the stream's catch-up never asked for the page"
     page.get_by_label("Release to queue").select_option("reviews")
     page.get_by_role("heading", level=1).click()  # the select loses its focus; its value stays changed
     waiting.pop().continue_()
@@ -123,6 +132,7 @@ def test_a_queue_picked_for_release_is_kept_while_the_page_catches_up(api, open_
     page.wait_for_timeout(1500)  # a retry finds the form still changed
     expect(live).to_have_text("Live: updates paused while you edit a form")
     expect(page.get_by_label("Release to queue")).to_have_value("reviews")
+    page.unroute("**/api/v1/stream*")
     page.unroute(f"**/todos/{held['id']}")
     page.get_by_role("button", name="Release to queue").click()
     expect(page.get_by_text("Released from quarantine.")).to_be_visible()

@@ -1,4 +1,4 @@
-"""`GET /api/v1/stream` without Last-Event-ID starts at the present as the client sees it: a todo
+"""`GET /api/v1/stream` without Last-Event-ID (or `?after=`) starts at the present as the client sees it: a todo
 committed the moment the client has the 200 is sent, however late the server starts the body.
 
 The real app in process, on a real SQLite store, called over ASGI directly so that the test
@@ -62,6 +62,60 @@ def test_a_todo_committed_as_the_headers_arrive_is_sent(make_container, sqlite_u
     events = [json.loads(line[len("data:"):]) for line in body.decode().splitlines()
               if line.startswith("data:") and "todo_id" in line]
     assert [(e["todo_id"], e["type"]) for e in events] == [(pushed[0], "TodoOpened")], body.decode()
+
+
+def test_a_stream_opened_after_a_position_sends_what_committed_since(make_container, sqlite_url):
+    """`?after=` (the position a board page was rendered at): a todo opened before the stream was
+    asked for, after that position, is sent; a Last-Event-ID (a reconnect) wins over it."""
+    container = make_container(sqlite_url)
+    app = container.app
+    app.ensure_admin()
+    token = app.operators.mint_token("admin", caller=Caller.cli())
+    endpoint = app.vend("agent", queues=["inbox"], caller=Caller.cli())
+    asgi = create_app(container)
+    rendered = asgi.state.feed.present()
+    first = app.push(endpoint["slug"], "while the page loaded", caller=Caller.operator("admin"))["todo"]["id"]
+    resumed = asgi.state.feed.present()
+    second = app.push(endpoint["slug"], "after the last event seen", caller=Caller.operator("admin"))["todo"]["id"]
+
+    def opened(http: TestClient, query: str, headers: list[tuple[bytes, bytes]] = ()) -> list[str]:
+        body = bytearray()
+        done = anyio.Event()
+
+        async def receive() -> dict:
+            await done.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                assert message["status"] == 200
+            elif message["type"] == "http.response.body":
+                body.extend(message.get("body", b""))
+                if second.encode() in body:
+                    done.set()
+
+        async def call() -> None:
+            scope = {
+                "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+                "scheme": "http", "path": "/api/v1/stream", "raw_path": b"/api/v1/stream", "root_path": "",
+                "query_string": query.encode(),
+                "headers": [(b"host", b"test"), (b"authorization", f"Bearer {token}".encode()), *headers],
+                "client": ("127.0.0.1", 50000), "server": ("test", 80), "state": {},
+            }
+            with anyio.move_on_after(5):
+                await asgi(scope, receive, send)
+            done.set()
+
+        http.blocking_portal.call(call)
+        return [json.loads(line[len("data:"):])["todo_id"] for line in body.decode().splitlines()
+                if line.startswith("data:") and "todo_id" in line]
+
+    with TestClient(asgi) as http:  # the app's lifespan runs once
+        assert opened(http, f"after={rendered}") == [first, second]
+        assert opened(http, f"after={rendered}", [(b"last-event-id", str(resumed).encode())]) == [second]
+        for bad in ("x", "-1", "1.5", "9" * 19):
+            answer = http.get(f"/api/v1/stream?after={bad}", headers={"Authorization": f"Bearer {token}"})
+            assert answer.status_code == 400 and answer.json()["code"] == "invalid_argument", answer.text
 
 
 def test_the_apps_shutdown_ends_the_feeds_tailer(make_container, sqlite_url):

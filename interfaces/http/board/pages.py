@@ -51,6 +51,13 @@ def wants_partial(request: Request, partial: str | None) -> bool:
     return bool(partial or request.headers.get(PARTIAL_HEADER))
 
 
+def live_position(request: Request) -> int:
+    """The log position now, taken before a live page reads what it shows: the page's event stream
+    starts after it (`?after=`, board.js), so a transition that commits while the page is read and
+    sent still comes as an event."""
+    return request.app.state.feed.present()
+
+
 class Board:
     """The board's shared parts: the application, templates, refusals, and per-process sign-in limits."""
 

@@ -18,7 +18,7 @@ from domain.names import QUARANTINE
 from interfaces.http.auth import caller_of
 from interfaces.http.board import forms
 from interfaces.http.board.filters import size
-from interfaces.http.board.pages import Board, wants_partial
+from interfaces.http.board.pages import Board, live_position, wants_partial
 
 
 def todo_context(board: Board, caller: Caller, todo_id: str) -> dict[str, Any]:
@@ -75,11 +75,12 @@ class TodoPage(Controller):
     @get("/todos/{todo_id:str}", sync_to_thread=True)
     def todo_page(self, request: Request, board: NamedDependency[Board], todo_id: FromPath[str],
                   partial: FromQuery[str | None] = None) -> Response:
-        context = todo_context(board, caller_of(request), todo_id)
         if wants_partial(request, partial):
-            return board.render(request, "_todo_live.html", **context)
+            return board.render(request, "_todo_live.html", **todo_context(board, caller_of(request), todo_id))
+        after = live_position(request)
+        context = todo_context(board, caller_of(request), todo_id)
         section = "quarantine" if context["quarantined"] else "todos"
-        return board.render(request, "todo.html", section=section, **context)
+        return board.render(request, "todo.html", section=section, live_after=after, **context)
 
     @post("/todos/{todo_id:str}/{action:str}", sync_to_thread=True)
     def todo_action(self, request: Request, board: NamedDependency[Board], todo_id: FromPath[str],
@@ -94,7 +95,8 @@ class TodoPage(Controller):
             return Redirect(f"/todos/{quote(todo_id)}?done={done}", status_code=303)
 
         def again(**refused: Any) -> Response:
+            after = live_position(request)
             return board.render(request, "todo.html", section="todos", form=data or {}, failed_action=action,
-                                **refused, **todo_context(board, caller, todo_id))
+                                live_after=after, **refused, **todo_context(board, caller, todo_id))
 
         return board.form(act, again, subject=True)

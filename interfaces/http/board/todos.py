@@ -14,7 +14,7 @@ from domain.names import QUARANTINE
 from domain.todo import STATES
 from interfaces.http.auth import caller_of
 from interfaces.http.board.forms import blank
-from interfaces.http.board.pages import Board, wants_partial
+from interfaces.http.board.pages import Board, live_position, wants_partial
 
 TODOS_SHOWN = 200
 
@@ -70,9 +70,10 @@ class TodoList(Controller):
               state_filter: Annotated[str | None, QueryParameter(name="state")] = None,
               queue: FromQuery[str | None] = None, endpoint: FromQuery[str | None] = None,
               partial: FromQuery[str | None] = None) -> Response:
+        after = None if wants_partial(request, partial) else live_position(request)
         context = todos_context(board, request, caller_of(request), state=blank(state_filter), queue=blank(queue),
                                 endpoint=blank(endpoint))
-        if wants_partial(request, partial):
+        if after is None:
             return board.render(request, "_todos_live.html", **context)
         section = "quarantine" if context["current"] == "quarantine" else "todos"
-        return board.render(request, "todos.html", section=section, **context)
+        return board.render(request, "todos.html", section=section, live_after=after, **context)

@@ -7,12 +7,12 @@
  * is editing a form inside a live region (focus in a field, or a field changed from what the
  * server sent), the refresh waits, and a refresh that arrives once editing began is not applied.
  *
- * The stream starts at the present when it opens, not when the page was rendered: whatever
- * committed in between would never come as an event. So each time the stream opens (and each
- * time it reconnects) the page refreshes once to catch up. A region whose server HTML did not
- * change is left as it is; what such a catch-up brings flashes (the rows that are new, or a todo
- * page's regions), nothing else does. A region holding a form the server filled back in after a
- * refused action (`data-refilled`) counts as being edited.
+ * The stream starts after the log position the page was rendered at (`data-live-after`, read
+ * before the page's data), so a transition that commits while the page loads still comes as an
+ * event. A region whose server HTML did not change is left as it is. A region holding a form the
+ * server filled back in after a refused action (`data-refilled`) counts as being edited while any
+ * of that input is still there.
+ * A focused control keeps the focus across a refresh when the region still has it.
  */
 (function () {
   "use strict";
@@ -27,9 +27,26 @@
     });
   }
 
+  function typedIn(field) {
+    return field.value !== "" || (field.validity && field.validity.badInput); // "12e" in a number field reads ""
+  }
+
+  function presetIndex(select) {
+    // the option the page was sent with: one marked `selected`, else the first enabled one
+    var options = Array.prototype.slice.call(select.options);
+    var preset = options.findIndex(function (option) { return option.defaultSelected; });
+    return preset >= 0 ? preset : options.findIndex(function (option) { return !option.disabled; });
+  }
+
   function isBusy(region) {
-    if (region.querySelector("[data-refilled]")) {
-      return true; // the operator's refused input, shown again: never replaced under them
+    // the operator's refused input, shown again: kept while any of it is there
+    var refilled = region.querySelectorAll("[data-refilled]");
+    for (var r = 0; r < refilled.length; r++) {
+      var kept = refilled[r].querySelectorAll(
+        "input:not([type=hidden]):not([type=checkbox]):not([type=radio]), textarea, select option[selected]");
+      if (Array.prototype.some.call(kept, function (el) { return el.tagName === "OPTION" || typedIn(el); })) {
+        return true;
+      }
     }
     var active = document.activeElement;
     if (active && region.contains(active) && active.matches("input, textarea, select")) {
@@ -39,7 +56,8 @@
     for (var i = 0; i < fields.length; i++) {
       var field = fields[i];
       var dirty = field.type === "checkbox" || field.type === "radio"
-        ? field.checked !== field.defaultChecked : field.value !== field.defaultValue;
+        ? field.checked !== field.defaultChecked
+        : field.value !== field.defaultValue || (field.validity && field.validity.badInput);
       if (dirty) {
         return true;
       }
@@ -47,18 +65,41 @@
     var selects = region.querySelectorAll("select");
     for (var j = 0; j < selects.length; j++) {
       var select = selects[j];
+      if (!select.options.length) {
+        continue;
+      }
       if (select.multiple) {
         if (Array.prototype.some.call(select.options, function (o) { return o.selected !== o.defaultSelected; })) {
           return true;
         }
-        continue;
-      }
-      var preset = Array.prototype.findIndex.call(select.options, function (option) { return option.defaultSelected; });
-      if (select.selectedIndex !== Math.max(preset, 0)) { // none marked `selected`: the first shows
+      } else if (select.selectedIndex !== presetIndex(select)) {
         return true;
       }
     }
     return false;
+  }
+
+  var FOCUSABLE = "a[href], button, input, select, textarea, summary";
+
+  function focusedIn(region) {
+    // where the keyboard focus is in a region: the focusable's place, kind and text
+    var active = document.activeElement;
+    if (!active || !region.contains(active)) {
+      return null;
+    }
+    var all = Array.prototype.slice.call(region.querySelectorAll(FOCUSABLE));
+    return { index: all.indexOf(active), tag: active.tagName, text: active.textContent.trim() };
+  }
+
+  function refocus(region, focused) {
+    // a keyboard user keeps their place: the same control, if the refreshed region still has it
+    if (!focused || focused.index < 0) {
+      return;
+    }
+    var again = region.querySelectorAll(FOCUSABLE)[focused.index];
+    if (again && again.tagName === focused.tag && again.textContent.trim() === focused.text) {
+      again.focus({ preventScroll: true });
+    }
   }
 
   function markUpdated(root, ids) {
@@ -82,7 +123,6 @@
     var inFlight = false;
     var again = false;
     var touched = new Set();
-    var catchUp = false; // the next refresh is the stream's catch-up, not an event's
     // each region's HTML as the server sent it (trimmed: the page and the partial indent it apart)
     var shown = regions.map(function (region) { return region.innerHTML.trim(); });
 
@@ -106,8 +146,6 @@
       }
       var ids = Array.from(touched);
       touched.clear();
-      var quiet = catchUp && !ids.length; // no event asked for it: flash only what changed
-      catchUp = false;
       var retry = false;
       inFlight = true;
       fetch(src, { headers: { "X-Board-Partial": "1" }, credentials: "same-origin", cache: "no-store" })
@@ -120,7 +158,6 @@
         .then(function (html) {
           if (regions.some(isBusy)) { // the operator began editing while it was on its way
             ids.forEach(function (id) { touched.add(id); });
-            catchUp = catchUp || quiet;
             setStatus("Live: updates paused while you edit a form", true);
             retry = true;
             return;
@@ -130,24 +167,15 @@
           regions.forEach(function (region, index) {
             var part = doc.querySelector('[data-live-part="' + region.getAttribute("data-live-part") + '"]');
             if (part && part.innerHTML.trim() !== shown[index]) {
-              var before = new Set(Array.from(region.querySelectorAll("[data-todo-id]"), function (el) {
-                return el.getAttribute("data-todo-id");
-              }));
+              var focused = focusedIn(region);
               region.innerHTML = part.innerHTML;
+              refocus(region, focused);
               shown[index] = part.innerHTML.trim();
               changed.push(region);
-              if (quiet) { // no event named them: the rows this catch-up brought are the news
-                region.querySelectorAll("[data-todo-id]").forEach(function (el) {
-                  var id = el.getAttribute("data-todo-id");
-                  if (!before.has(id) && ids.indexOf(id) < 0) {
-                    ids.push(id);
-                  }
-                });
-              }
             }
           });
           markUpdated(root, ids);
-          if (onlyTodo && !(quiet && !changed.length)) {
+          if (onlyTodo && changed.length) {
             regions.forEach(function (region) {
               region.classList.remove("is-updated");
               void region.offsetWidth;
@@ -171,11 +199,12 @@
         });
     }
 
-    var stream = new EventSource("/api/v1/stream");
+    // from the position the page was rendered at: what committed since comes as events (a
+    // reconnecting EventSource sends Last-Event-ID, which the server takes over `after`)
+    var after = root.getAttribute("data-live-after");
+    var stream = new EventSource("/api/v1/stream" + (after ? "?after=" + encodeURIComponent(after) : ""));
     stream.addEventListener("open", function () {
       setStatus("Live", true);
-      catchUp = true;
-      schedule(DEBOUNCE_MS);
     });
     stream.addEventListener("error", function () {
       setStatus(stream.readyState === EventSource.CLOSED ? "Live updates unavailable: reload to refresh"
