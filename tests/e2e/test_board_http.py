@@ -220,7 +220,10 @@ def test_assets_are_served_by_the_app_and_pages_carry_no_inline_code(admin, anon
         answer = admin.get(path)
         assert answer.status_code == 200 and kind in answer.headers["content-type"], path
         assert "nosniff" == answer.headers["x-content-type-options"]
-    assert "EventSource('/api/v1/stream')" in admin.get("/static/board.js").text.replace('"', "'")
+    script = admin.get("/static/board.js").text.replace('"', "'")
+    assert "EventSource('/api/v1/stream' + (after ? '?after=' + encodeURIComponent(after) : ''))" in script
+    # a live page says where its stream starts: the log position it was rendered at
+    assert re.search(r'data-live-after="\d+"', admin.page("/todos"))
     for path in ("/todos", "/todos?queue=quarantine", "/endpoints", "/webhooks", "/events", "/login"):
         text = admin.page(path) if path != "/login" else anonymous.page(path)
         assert "<script>" not in text and "<style" not in text and " style=" not in text, path
