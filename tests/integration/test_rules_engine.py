@@ -257,7 +257,9 @@ def test_a_runaway_rule_is_cut_at_its_budget_and_the_engine_keeps_working(engine
     assert 0.045 <= elapsed < 0.3
     started = time.monotonic()
     assert engine.evaluate(rules("false", "true"), ENVELOPE) == Matched(1)
-    assert time.monotonic() - started < 0.1
+    # ~3 ms on a quiet machine (the other worker is ready); a worker's spawn is ~60 ms, and a busy CI
+    # neighbour stretched this to 110 ms: the bound catches a wait on a respawn backoff, not a slow turn
+    assert time.monotonic() - started < 0.3
 
 
 def test_the_delivery_budget_bounds_many_slowish_rules():
