@@ -332,15 +332,35 @@ def test_a_refused_action_with_nothing_typed_does_not_hold_the_page(api, endpoin
 
 
 def test_the_focused_button_keeps_the_focus_when_its_region_refreshes(api, endpoint, open_page):
-    """A keyboard user on the Claim button stays there while a transition refreshes the panel."""
+    """A keyboard user on the Claim button gets it back when a claim elsewhere took it away for a
+    while (the page showed the claimed todo, without the button) and a release brought it back."""
     todo_id = push(api, endpoint, unique("focus kept"))
+    page = open_page()
+    go_live(page, f"/todos/{todo_id}")
+    claim = page.get_by_role("button", name="Claim", exact=True)
+    claim.focus()
+    act(api, todo_id, "claim")
+    expect(todo_state(page)).to_have_text("claimed", timeout=LIVE_MS)
+    expect(claim).to_have_count(0)
+    act(api, todo_id, "release")
+    expect(timeline(page).filter(has_text="released")).to_have_count(1, timeout=LIVE_MS)
+    expect(claim).to_be_focused()
+    assert_not_reloaded(page)
+
+
+def test_a_button_that_came_back_is_not_focused_once_the_focus_moved(api, endpoint, open_page):
+    """The focus a refresh took away is given back only while nothing else has it."""
+    todo_id = push(api, endpoint, unique("focus moved"))
     page = open_page()
     go_live(page, f"/todos/{todo_id}")
     page.get_by_role("button", name="Claim", exact=True).focus()
     act(api, todo_id, "claim")
+    expect(todo_state(page)).to_have_text("claimed", timeout=LIVE_MS)
+    nav = page.get_by_role("link", name="Todos", exact=True).first
+    nav.focus()
     act(api, todo_id, "release")
     expect(timeline(page).filter(has_text="released")).to_have_count(1, timeout=LIVE_MS)
-    expect(page.get_by_role("button", name="Claim", exact=True)).to_be_focused()
+    expect(nav).to_be_focused()
     assert_not_reloaded(page)
 
 

@@ -12,7 +12,9 @@
  * event. A region whose server HTML did not change is left as it is. A region holding a form the
  * server filled back in after a refused action (`data-refilled`) counts as being edited while any
  * of that input is still there.
- * A focused control keeps the focus across a refresh when the region still has it.
+ * A focused control keeps the focus across a refresh when the region still has it; one that a
+ * refresh took away (a Claim button while the todo is claimed) gets it back when a later refresh
+ * brings it back, unless the focus went somewhere else meanwhile.
  */
 (function () {
   "use strict";
@@ -102,6 +104,10 @@
     }
   }
 
+  function nothingFocused() {
+    return !document.activeElement || document.activeElement === document.body;
+  }
+
   function markUpdated(root, ids) {
     ids.forEach(function (id) {
       root.querySelectorAll('[data-todo-id="' + CSS.escape(id) + '"]').forEach(function (el) {
@@ -123,6 +129,9 @@
     var inFlight = false;
     var again = false;
     var touched = new Set();
+    // the control a refresh took the focus from, and its region's index, until the focus moves
+    var lost = null;
+    document.addEventListener("focusin", function () { lost = null; });
     // each region's HTML as the server sent it (trimmed: the page and the partial indent it apart)
     var shown = regions.map(function (region) { return region.innerHTML.trim(); });
 
@@ -168,8 +177,14 @@
             var part = doc.querySelector('[data-live-part="' + region.getAttribute("data-live-part") + '"]');
             if (part && part.innerHTML.trim() !== shown[index]) {
               var focused = focusedIn(region);
+              if (!focused && lost && lost.region === index && nothingFocused()) {
+                focused = lost.focused;
+              }
               region.innerHTML = part.innerHTML;
               refocus(region, focused);
+              if (focused && focused.index >= 0 && !region.contains(document.activeElement)) {
+                lost = { region: index, focused: focused };
+              }
               shown[index] = part.innerHTML.trim();
               changed.push(region);
             }
