@@ -390,7 +390,8 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed, audit
          description="Each event is `event: todo`, `id: <log position>`, data: position, todo_id, type, state, "
                      "dead_letter, queue, endpoint_id, time, actor. Send `Last-Event-ID` to resume after a "
                      "position, or `?after=<position>` (e.g. the one a page was rendered at); with neither "
-                     "the stream starts at the present.")
+                     "the stream starts at the present. Keepalive comments carry the id of the position "
+                     "read up to.")
     async def stream(request: Request, after: FromQuery[str | None] = None) -> ServerSentEvent:
         caller = caller_of(request)
         owner = visible_owner(caller)
@@ -452,8 +453,9 @@ async def _transitions(feed: TransitionFeed, owner: str | None, after: int,
                 continue
             try:
                 await asyncio.wait_for(changed.wait(), KEEPALIVE_SECONDS)
-            except TimeoutError:
-                yield ServerSentEventMessage(data=None, comment="keepalive")
+            except TimeoutError:  # with the position read up to: a reconnect resumes there, not
+                # at the page's `?after=` (an id without data moves the client's Last-Event-ID only)
+                yield ServerSentEventMessage(data=None, comment="keepalive", id=after)
     finally:
         feed.remove_listener(listener)
         follower.close()

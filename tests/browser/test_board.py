@@ -349,18 +349,46 @@ def test_the_focused_button_keeps_the_focus_when_its_region_refreshes(api, endpo
 
 
 def test_a_button_that_came_back_is_not_focused_once_the_focus_moved(api, endpoint, open_page):
-    """The focus a refresh took away is given back only while nothing else has it."""
+    """The focus a refresh took away is given back only if the operator has not moved it since,
+    even when it has left the page's controls again by the time the button comes back."""
     todo_id = push(api, endpoint, unique("focus moved"))
     page = open_page()
     go_live(page, f"/todos/{todo_id}")
-    page.get_by_role("button", name="Claim", exact=True).focus()
+    claim = page.get_by_role("button", name="Claim", exact=True)
+    claim.focus()
     act(api, todo_id, "claim")
     expect(todo_state(page)).to_have_text("claimed", timeout=LIVE_MS)
     nav = page.get_by_role("link", name="Todos", exact=True).first
     nav.focus()
+    page.evaluate("document.activeElement.blur()")  # nothing focused again, as when the button left
     act(api, todo_id, "release")
     expect(timeline(page).filter(has_text="released")).to_have_count(1, timeout=LIVE_MS)
-    expect(nav).to_be_focused()
+    expect(claim).not_to_be_focused()
+    assert page.evaluate("document.activeElement === document.body")
+    assert_not_reloaded(page)
+
+
+def test_a_focused_link_stays_on_its_todo_when_a_new_row_comes_above_it(api, open_page):
+    """The focus is kept by what a control does, not by its place: a new todo (of the same title)
+    shifts every row down and the focus stays on the first todo's link; a state tab whose count
+    changes keeps it too."""
+    mine = vend(api, unique("Focus Agent"))
+    title = unique("same title")
+    first = push(api, mine, title)
+    page = open_page()
+    go_live(page, f"/todos?endpoint={mine['slug']}")
+    link = row(page, first).get_by_role("link", name=title, exact=True)
+    link.focus()
+    second = push(api, mine, title)
+    expect(row(page, second)).to_be_visible(timeout=LIVE_MS)
+    expect(page.locator("tbody tr").first).to_have_attribute("data-todo-id", second)
+    expect(link).to_be_focused()
+    tab = page.locator("a.tab-pending")
+    expect(tab.locator("[data-count]")).to_have_text("2")
+    tab.focus()
+    push(api, mine, title)
+    expect(tab.locator("[data-count]")).to_have_text("3", timeout=LIVE_MS)
+    expect(tab).to_be_focused()
     assert_not_reloaded(page)
 
 

@@ -257,8 +257,9 @@ def test_a_runaway_rule_is_cut_at_its_budget_and_the_engine_keeps_working(engine
     assert 0.045 <= elapsed < 0.3
     started = time.monotonic()
     assert engine.evaluate(rules("false", "true"), ENVELOPE) == Matched(1)
-    # ~3 ms on a quiet machine (the other worker is ready); a worker's spawn is ~60 ms, and a busy CI
-    # neighbour stretched this to 110 ms: the bound catches a wait on a respawn backoff, not a slow turn
+    # ~3 ms on a quiet machine: the killed worker's slot went to the warm spare at once. A busy CI
+    # neighbour stretched it to 110 ms, so the bound is loose: it no longer tells the spare from a
+    # fresh spawn (~60 ms); it catches an engine that hangs or stalls after a cut
     assert time.monotonic() - started < 0.3
 
 

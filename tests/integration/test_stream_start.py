@@ -128,3 +128,54 @@ def test_the_apps_shutdown_ends_the_feeds_tailer(make_container, sqlite_url):
         assert asgi.state.feed.tailing
     assert not asgi.state.feed.tailing, "the app shut down with the feed's tailer still reading the store"
     open_stream.close()
+
+
+def test_a_keepalive_carries_the_position_read_up_to(make_container, sqlite_url, monkeypatch):
+    """A stream whose owner saw no transition for a while still moves its client's Last-Event-ID:
+    each keepalive names the log position read up to, so a reconnect (which sends it) resumes
+    there, not at the `?after=` of a page left open for hours, whose stretch of everyone's log
+    would be read again."""
+    monkeypatch.setattr("interfaces.http.api.KEEPALIVE_SECONDS", 0.2)
+    container = make_container(sqlite_url)
+    app = container.app
+    app.ensure_admin()
+    app.operators.create("other", caller=Caller.cli())
+    token = app.operators.mint_token("admin", caller=Caller.cli())
+    asgi = create_app(container)
+    rendered = asgi.state.feed.present()
+    theirs = app.vend("not admin's", queues=["inbox"], caller=Caller.operator("other"))
+    app.push(theirs["slug"], "someone else's", caller=Caller.operator("other"))
+    head = asgi.state.feed.present()
+    assert head > rendered
+    body = bytearray()
+    done = anyio.Event()
+
+    async def receive() -> dict:
+        await done.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        if message["type"] == "http.response.body":
+            body.extend(message.get("body", b""))
+            if b"keepalive" in body:
+                done.set()
+
+    async def call() -> None:
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+            "scheme": "http", "path": "/api/v1/stream", "raw_path": b"/api/v1/stream", "root_path": "",
+            "query_string": f"after={rendered}".encode(),
+            "headers": [(b"host", b"test"), (b"authorization", f"Bearer {token}".encode())],
+            "client": ("127.0.0.1", 50000), "server": ("test", 80), "state": {},
+        }
+        with anyio.move_on_after(5):
+            await asgi(scope, receive, send)
+        done.set()
+
+    with TestClient(asgi) as http:
+        http.blocking_portal.call(call)
+    text = body.decode()
+    assert "keepalive" in text, text
+    assert "someone else's" not in text, text  # another owner's transition is not sent
+    keepalive = text[text.index(": keepalive"):].split("\r\n\r\n", 1)[0]
+    assert f"id: {head}" in keepalive.splitlines(), text

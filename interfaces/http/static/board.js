@@ -12,9 +12,10 @@
  * event. A region whose server HTML did not change is left as it is. A region holding a form the
  * server filled back in after a refused action (`data-refilled`) counts as being edited while any
  * of that input is still there.
- * A focused control keeps the focus across a refresh when the region still has it; one that a
+ * A focused control keeps the focus across a refresh when the region still has it (known by what it
+ * does: a link's target, a button's action and label, a field's name; not by its place). One that a
  * refresh took away (a Claim button while the todo is claimed) gets it back when a later refresh
- * brings it back, unless the focus went somewhere else meanwhile.
+ * within a minute brings it back, unless the operator moved the focus, clicked or typed meanwhile.
  */
 (function () {
   "use strict";
@@ -82,25 +83,52 @@
   }
 
   var FOCUSABLE = "a[href], button, input, select, textarea, summary";
+  var LOST_FOCUS_MS = 60000; // how long a control a refresh took away may get the focus back
+
+  function identity(el) {
+    // what names a control across refreshes: a link by its target, a button by the action it
+    // submits and its label, a field by its form's action and its name (never by its place alone:
+    // a new row shifts every row below it)
+    var form = el.form || el.closest("form");
+    var action = form ? form.getAttribute("action") || "" : "";
+    if (el.tagName === "A") {
+      return "a " + el.getAttribute("href");
+    }
+    if (el.tagName === "BUTTON") {
+      return "button " + (el.getAttribute("formaction") || action) + " " + el.textContent.trim();
+    }
+    if (el.tagName === "SUMMARY") {
+      return "summary " + el.textContent.trim();
+    }
+    return el.tagName.toLowerCase() + " " + action + " " + (el.name || el.id || "");
+  }
 
   function focusedIn(region) {
-    // where the keyboard focus is in a region: the focusable's place, kind and text
+    // where the keyboard focus is in a region: the focused control's identity and place
     var active = document.activeElement;
-    if (!active || !region.contains(active)) {
+    if (!active || !region.contains(active) || !active.matches(FOCUSABLE)) {
       return null;
     }
     var all = Array.prototype.slice.call(region.querySelectorAll(FOCUSABLE));
-    return { index: all.indexOf(active), tag: active.tagName, text: active.textContent.trim() };
+    return { key: identity(active), index: all.indexOf(active) };
   }
 
   function refocus(region, focused) {
     // a keyboard user keeps their place: the same control, if the refreshed region still has it
-    if (!focused || focused.index < 0) {
+    // (of several alike, the one nearest its old place)
+    if (!focused) {
       return;
     }
-    var again = region.querySelectorAll(FOCUSABLE)[focused.index];
-    if (again && again.tagName === focused.tag && again.textContent.trim() === focused.text) {
-      again.focus({ preventScroll: true });
+    var best = null;
+    var distance = Infinity;
+    region.querySelectorAll(FOCUSABLE).forEach(function (el, index) {
+      if (identity(el) === focused.key && Math.abs(index - focused.index) < distance) {
+        best = el;
+        distance = Math.abs(index - focused.index);
+      }
+    });
+    if (best) {
+      best.focus({ preventScroll: true });
     }
   }
 
@@ -129,9 +157,12 @@
     var inFlight = false;
     var again = false;
     var touched = new Set();
-    // the control a refresh took the focus from, and its region's index, until the focus moves
+    // the control a refresh took the focus from, its region's index and when, until the operator
+    // moves the focus, clicks or types, or LOST_FOCUS_MS pass
     var lost = null;
-    document.addEventListener("focusin", function () { lost = null; });
+    ["focusin", "pointerdown", "keydown"].forEach(function (type) {
+      document.addEventListener(type, function () { lost = null; }, true);
+    });
     // each region's HTML as the server sent it (trimmed: the page and the partial indent it apart)
     var shown = regions.map(function (region) { return region.innerHTML.trim(); });
 
@@ -177,13 +208,14 @@
             var part = doc.querySelector('[data-live-part="' + region.getAttribute("data-live-part") + '"]');
             if (part && part.innerHTML.trim() !== shown[index]) {
               var focused = focusedIn(region);
-              if (!focused && lost && lost.region === index && nothingFocused()) {
+              if (!focused && lost && lost.region === index && nothingFocused()
+                  && Date.now() - lost.at < LOST_FOCUS_MS) {
                 focused = lost.focused;
               }
               region.innerHTML = part.innerHTML;
               refocus(region, focused);
-              if (focused && focused.index >= 0 && !region.contains(document.activeElement)) {
-                lost = { region: index, focused: focused };
+              if (focused && !region.contains(document.activeElement)) {
+                lost = { region: index, focused: focused, at: lost && lost.focused === focused ? lost.at : Date.now() };
               }
               shown[index] = part.innerHTML.trim();
               changed.push(region);
