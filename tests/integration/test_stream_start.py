@@ -18,6 +18,45 @@ from application.service import Caller
 from interfaces.http.app import create_app
 
 
+async def streamed(asgi, token: str, *, query: str = "", headers: list[tuple[bytes, bytes]] = (),
+                   on_headers=None, until: bytes) -> bytes:
+    """Calls `GET /api/v1/stream` over ASGI until its body holds `until` (5 s at most): the body.
+    `on_headers` runs (on a thread) when the 200's headers are sent, before the body starts."""
+    body = bytearray()
+    done = anyio.Event()
+
+    async def receive() -> dict:
+        await done.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            assert message["status"] == 200
+            if on_headers is not None:
+                await anyio.to_thread.run_sync(on_headers)
+        elif message["type"] == "http.response.body":
+            body.extend(message.get("body", b""))
+            if until in body:
+                done.set()
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+        "scheme": "http", "path": "/api/v1/stream", "raw_path": b"/api/v1/stream", "root_path": "",
+        "query_string": query.encode(),
+        "headers": [(b"host", b"test"), (b"authorization", f"Bearer {token}".encode()), *headers],
+        "client": ("127.0.0.1", 50000), "server": ("test", 80), "state": {},
+    }
+    with anyio.move_on_after(5):  # the feed polls every 0.25 s: plenty, were it sent at all
+        await asgi(scope, receive, send)
+    done.set()
+    return bytes(body)
+
+
+def todo_ids(body: bytes) -> list[str]:
+    return [json.loads(line[len("data:"):])["todo_id"] for line in body.decode().splitlines()
+            if line.startswith("data:") and "todo_id" in line]
+
+
 def test_a_todo_committed_as_the_headers_arrive_is_sent(make_container, sqlite_url):
     container = make_container(sqlite_url)
     app = container.app
@@ -26,37 +65,12 @@ def test_a_todo_committed_as_the_headers_arrive_is_sent(make_container, sqlite_u
     endpoint = app.vend("agent", queues=["inbox"], caller=Caller.cli())
     asgi = create_app(container)
     pushed: list[str] = []
-    body = bytearray()
-    seen = anyio.Event()
 
-    async def receive() -> dict:
-        await seen.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict) -> None:
-        if message["type"] == "http.response.start":
-            assert message["status"] == 200
-            opened = await anyio.to_thread.run_sync(
-                lambda: app.push(endpoint["slug"], "right after the headers", caller=Caller.operator("admin")))
-            pushed.append(opened["todo"]["id"])
-        elif message["type"] == "http.response.body":
-            body.extend(message.get("body", b""))
-            if pushed and pushed[0].encode() in body:
-                seen.set()
-
-    async def call() -> None:
-        scope = {
-            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-            "scheme": "http", "path": "/api/v1/stream", "raw_path": b"/api/v1/stream", "root_path": "",
-            "query_string": b"", "headers": [(b"host", b"test"), (b"authorization", f"Bearer {token}".encode())],
-            "client": ("127.0.0.1", 50000), "server": ("test", 80), "state": {},
-        }
-        with anyio.move_on_after(5):  # the feed polls every 0.25 s: plenty, were the todo sent at all
-            await asgi(scope, receive, send)
-        seen.set()
+    def push() -> None:
+        pushed.append(app.push(endpoint["slug"], "right after the headers", caller=Caller.operator("admin"))["todo"]["id"])
 
     with TestClient(asgi) as http:  # runs the app's lifespan (the writer, the feed) on its portal
-        http.blocking_portal.call(call)
+        body = http.blocking_portal.call(lambda: streamed(asgi, token, on_headers=push, until=b"TodoOpened"))
 
     assert pushed, "the stream never answered"
     events = [json.loads(line[len("data:"):]) for line in body.decode().splitlines()
@@ -79,36 +93,8 @@ def test_a_stream_opened_after_a_position_sends_what_committed_since(make_contai
     second = app.push(endpoint["slug"], "after the last event seen", caller=Caller.operator("admin"))["todo"]["id"]
 
     def opened(http: TestClient, query: str, headers: list[tuple[bytes, bytes]] = ()) -> list[str]:
-        body = bytearray()
-        done = anyio.Event()
-
-        async def receive() -> dict:
-            await done.wait()
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict) -> None:
-            if message["type"] == "http.response.start":
-                assert message["status"] == 200
-            elif message["type"] == "http.response.body":
-                body.extend(message.get("body", b""))
-                if second.encode() in body:
-                    done.set()
-
-        async def call() -> None:
-            scope = {
-                "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-                "scheme": "http", "path": "/api/v1/stream", "raw_path": b"/api/v1/stream", "root_path": "",
-                "query_string": query.encode(),
-                "headers": [(b"host", b"test"), (b"authorization", f"Bearer {token}".encode()), *headers],
-                "client": ("127.0.0.1", 50000), "server": ("test", 80), "state": {},
-            }
-            with anyio.move_on_after(5):
-                await asgi(scope, receive, send)
-            done.set()
-
-        http.blocking_portal.call(call)
-        return [json.loads(line[len("data:"):])["todo_id"] for line in body.decode().splitlines()
-                if line.startswith("data:") and "todo_id" in line]
+        return todo_ids(http.blocking_portal.call(
+            lambda: streamed(asgi, token, query=query, headers=headers, until=second.encode())))
 
     with TestClient(asgi) as http:  # the app's lifespan runs once
         assert opened(http, f"after={rendered}") == [first, second]
@@ -147,34 +133,10 @@ def test_a_keepalive_carries_the_position_read_up_to(make_container, sqlite_url,
     app.push(theirs["slug"], "someone else's", caller=Caller.operator("other"))
     head = asgi.state.feed.present()
     assert head > rendered
-    body = bytearray()
-    done = anyio.Event()
-
-    async def receive() -> dict:
-        await done.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict) -> None:
-        if message["type"] == "http.response.body":
-            body.extend(message.get("body", b""))
-            if b"keepalive" in body:
-                done.set()
-
-    async def call() -> None:
-        scope = {
-            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-            "scheme": "http", "path": "/api/v1/stream", "raw_path": b"/api/v1/stream", "root_path": "",
-            "query_string": f"after={rendered}".encode(),
-            "headers": [(b"host", b"test"), (b"authorization", f"Bearer {token}".encode())],
-            "client": ("127.0.0.1", 50000), "server": ("test", 80), "state": {},
-        }
-        with anyio.move_on_after(5):
-            await asgi(scope, receive, send)
-        done.set()
 
     with TestClient(asgi) as http:
-        http.blocking_portal.call(call)
-    text = body.decode()
+        text = http.blocking_portal.call(
+            lambda: streamed(asgi, token, query=f"after={rendered}", until=b"keepalive")).decode()
     assert "keepalive" in text, text
     assert "someone else's" not in text, text  # another owner's transition is not sent
     keepalive = text[text.index(": keepalive"):].split("\r\n\r\n", 1)[0]
