@@ -89,16 +89,15 @@
     // what names a control across refreshes: a link by its target, a button by the action it
     // submits and its label, a field by its form's action and its name (never by its place alone:
     // a new row shifts every row below it)
-    var form = el.form || el.closest("form");
-    var action = form ? form.getAttribute("action") || "" : "";
     if (el.tagName === "A") {
       return "a " + el.getAttribute("href");
     }
-    if (el.tagName === "BUTTON") {
-      return "button " + (el.getAttribute("formaction") || action) + " " + el.textContent.trim();
-    }
     if (el.tagName === "SUMMARY") {
       return "summary " + el.textContent.trim();
+    }
+    var action = el.form ? el.form.getAttribute("action") || "" : "";
+    if (el.tagName === "BUTTON") {
+      return "button " + (el.getAttribute("formaction") || action) + " " + el.textContent.trim();
     }
     return el.tagName.toLowerCase() + " " + action + " " + (el.name || el.id || "");
   }
@@ -208,14 +207,12 @@
             var part = doc.querySelector('[data-live-part="' + region.getAttribute("data-live-part") + '"]');
             if (part && part.innerHTML.trim() !== shown[index]) {
               var focused = focusedIn(region);
-              if (!focused && lost && lost.region === index && nothingFocused()
-                  && Date.now() - lost.at < LOST_FOCUS_MS) {
-                focused = lost.focused;
-              }
+              var restoring = !focused && lost !== null && lost.region === index && nothingFocused()
+                && Date.now() - lost.at < LOST_FOCUS_MS;
               region.innerHTML = part.innerHTML;
-              refocus(region, focused);
+              refocus(region, restoring ? lost.focused : focused); // given back: `focusin` clears `lost`
               if (focused && !region.contains(document.activeElement)) {
-                lost = { region: index, focused: focused, at: lost && lost.focused === focused ? lost.at : Date.now() };
+                lost = { region: index, focused: focused, at: Date.now() };
               }
               shown[index] = part.innerHTML.trim();
               changed.push(region);
