@@ -1,8 +1,8 @@
 """The writer: one thread per process that runs every command handler, in batches (group commit).
 
-It takes all handlers waiting at that moment, runs them one after another on a shared view of
-the aggregates they touch (`interfaces/store/unit.py`), and appends every resulting event in ONE
-transaction — with the payloads the commands' answers show, read in it before it commits
+It takes all handlers waiting at that moment (and, for a moment, those about to come), runs each
+as it takes it, one after another on a shared view of the aggregates they touch
+(`interfaces/store/unit.py`), and appends every resulting event in ONE transaction — with the payloads the commands' answers show, read in it before it commits
 (docs/adr/0027). Optimistic concurrency (the unique (stream, version) key) catches a race with
 another process: the batch is then re-run on fresh state, then one command at a time. A commit
 whose outcome was lost with the connection is resolved by the recorder (recorders.py,
@@ -163,6 +163,23 @@ class Job:
         self.source = source
 
 
+class _Run:
+    """One batch on its way: the jobs taken, their shared view, those whose handler succeeded (with
+    its result) and those whose refusal must be confirmed on fresh state."""
+
+    __slots__ = ("jobs", "batch", "done", "recheck")
+
+    def __init__(self) -> None:
+        self.jobs: list[Job] = []
+        self.batch = Batch()
+        self.done: list[tuple[Job, Any]] = []
+        self.recheck: list[Job] = []
+
+    @property
+    def size(self) -> int:
+        return len(self.jobs)
+
+
 class Writer:
     """Runs command handlers in batches on one thread; each caller waits for its own outcome."""
 
@@ -268,61 +285,72 @@ class Writer:
                 return
             if not job.future.take():
                 continue  # withdrawn by its caller while the store was down
-            batch = [job]
-            # Those answered by the recent commits are about to send their next command: wait a
-            # moment for as many as the largest recent batch, so the batches (and their one commit
-            # each) stay full under load; a caller slow to be scheduled again (a loaded machine)
-            # then does not shrink the batches after it one by one.
-            target = max(self._recent_sizes)
-            deadline = time.monotonic() + LINGER
-            while len(batch) < MAX_BATCH:
-                try:
-                    if len(batch) < target:
-                        more = self.jobs.get(timeout=max(deadline - time.monotonic(), 0))
-                    else:
-                        more = self.jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    self.jobs.put(None)
-                    break
-                if more.future.take():
-                    batch.append(more)
-            self._recent_sizes.append(len(batch))
+            run = _Run()
             try:
-                self._process(batch)
+                # Each job's handler runs as soon as the job is taken, while the batch waits for
+                # the rest: the callers come back one by one, and their gaps are the writer's.
+                self._handle(run, job, 0)
+                # Those answered by the recent commits are about to send their next command:
+                # wait a moment for as many as the largest recent batch, so the batches (and
+                # their one commit each) stay full under load; a caller slow to be scheduled
+                # again (a loaded machine) then does not shrink the batches after it one by one.
+                target = max(self._recent_sizes)
+                deadline = time.monotonic() + LINGER
+                while run.size < MAX_BATCH:
+                    try:
+                        if run.size < target:
+                            more = self.jobs.get(timeout=max(deadline - time.monotonic(), 0))
+                        else:
+                            more = self.jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    if more is None:
+                        self.jobs.put(None)
+                        break
+                    if more.future.take():
+                        self._handle(run, more, 0)
+                self._recent_sizes.append(run.size)
+                self._finish(run, 0)
             except BaseException as error:  # never let the writer die with jobs waiting
                 log.exception("writer failed a batch")
-                for j in batch:
+                for j in run.jobs:
                     if not j.future.done():
                         j.future.set_exception(error)
 
     def _process(self, jobs: list[Job], attempt: int = 0) -> None:
         """Runs jobs as one batch; after a lost race, again on fresh state, then one by one."""
-        batch = Batch()
-        done: list[tuple[Job, Any]] = []
-        recheck: list[Job] = []
+        run = _Run()
         for job in jobs:
-            unit = Unit(self._reads, batch, self._clock.now(), FRESH if attempt > 0 else job.source)
-            try:
-                result = job.handler(unit)
-            except DomainError as error:
-                unit.rollback()
-                if unit.used_cache:
-                    recheck.append(job)  # confirm the refusal against fresh state
-                else:
-                    job.future.set_exception(error)
-            except Exception as error:
-                unit.rollback()
-                job.future.set_exception(error)
+            self._handle(run, job, attempt)
+        self._finish(run, attempt)
+
+    def _handle(self, run: _Run, job: Job, attempt: int) -> None:
+        """Runs one job's handler into the batch (its outcome is set only once the batch ends)."""
+        run.jobs.append(job)
+        unit = Unit(self._reads, run.batch, self._clock.now(), FRESH if attempt > 0 else job.source)
+        try:
+            result = job.handler(unit)
+        except DomainError as error:
+            unit.rollback()
+            if unit.used_cache:
+                run.recheck.append(job)  # confirm the refusal against fresh state
             else:
-                batch.payloads.want(unit.payloads_wanted)
-                done.append((job, result))
+                job.future.set_exception(error)
+        except Exception as error:
+            unit.rollback()
+            job.future.set_exception(error)
+        else:
+            run.batch.payloads.want(unit.payloads_wanted)
+            run.done.append((job, result))
+
+    def _finish(self, run: _Run, attempt: int) -> None:
+        """Commits a batch whose handlers have run, and answers its jobs."""
+        done, recheck = run.done, run.recheck
         if done:
             try:
-                recorded = self._commit(batch)
+                recorded = self._commit(run.batch)
             except IntegrityError:
-                self._cache.forget(batch.aggregates)
+                self._cache.forget(run.batch.aggregates)
                 self._prefetch.clear()
                 again = [job for job, _ in done] + recheck
                 if attempt < BATCH_RETRIES:
@@ -333,12 +361,12 @@ class Writer:
                         self._run_alone(job)
                 return
             except CommitOutcomeUnknown as error:
-                self._cache.forget(batch.aggregates)
+                self._cache.forget(run.batch.aggregates)
                 self._prefetch.clear()
                 for job, _ in done:
                     job.future.set_exception(error)
             except (PersistenceError, StoreUnavailable) as error:
-                self._cache.forget(batch.aggregates)
+                self._cache.forget(run.batch.aggregates)
                 self.store_down(error)
                 failure = StoreUnavailable(f"store unavailable: {error}")
                 for job, _ in done:
@@ -346,7 +374,7 @@ class Writer:
             except Exception:
                 # events that cannot be written at all (e.g. text that is not Unicode): nothing
                 # was appended; run the commands one at a time so only the culprit fails
-                self._cache.forget(batch.aggregates)
+                self._cache.forget(run.batch.aggregates)
                 self._prefetch.clear()
                 for job, _ in done:
                     self._run_alone(job)

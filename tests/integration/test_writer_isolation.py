@@ -111,3 +111,37 @@ def test_commands_awaited_on_an_event_loop_share_a_batch_and_never_block_the_loo
     ids = asyncio.run(main())
     assert len(set(ids)) == 4
     assert [app.get_todo(i, caller=CLI)["title"] for i in ids] == ["a0", "a1", "a2", "t"]
+
+
+def test_a_taken_command_runs_while_its_batch_waits_for_more(store_url, make_container, monkeypatch):
+    """The writer runs each command's handler as soon as it takes the command, while the batch
+    lingers for the callers about to come back (docs/adr/0004); the batch still commits as one."""
+    from interfaces.store import writer as writer_module
+
+    held_writer = HeldWriter(store_url, make_container, "writer-linger")
+    app, store, slug = held_writer.app, held_writer.store, held_writer.slug
+    monkeypatch.setattr(writer_module, "LINGER", 5.0)
+    store.writer._recent_sizes.append(2)  # recent batches held two: the next one waits for a second
+    commits: list[list[str]] = []
+    store.writer.subscribe(lambda recorded: commits.append([type(r.event).__name__ for r in recorded]))
+    handled = threading.Event()
+
+    def first(uow):
+        todo = Todo.open(id=uuid4(), now=uow.now, actor="operator:cli", endpoint_id=f"ep_{endpoint_uuid(slug).hex}",
+                         queue="q", source="operator", title="first", trust_mode="operator", payload={"n": 1})
+        uow.add(todo)
+        handled.set()
+        return todo.todo_id
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        started = time.monotonic()
+        answer = pool.submit(store.run, first)
+        assert handled.wait(2.5), "the handler waited for its batch to close"
+        assert not answer.done()  # its batch is still open, lingering for a second command
+        second = pool.submit(app.push, slug, "second", caller=CLI, payload={"n": 2})
+        first_id = answer.result(timeout=10)
+        assert second.result(timeout=10)["created"] is True
+        assert time.monotonic() - started < 4.5  # the second command closed the batch, not the linger
+    assert commits == [["TodoOpened", "TodoOpened"]]  # one commit for both
+    assert app.get_todo(first_id, caller=CLI)["title"] == "first"
+    assert sorted(t["title"] for t in app.list_todos(caller=CLI, endpoint=slug)) == ["first", "second"]
