@@ -285,17 +285,17 @@ class Writer:
                 return
             if not job.future.take():
                 continue  # withdrawn by its caller while the store was down
+            # Those answered by the recent commits are about to send their next command: wait a
+            # moment for as many as the largest recent batch, so the batches (and their one commit
+            # each) stay full under load; a caller slow to be scheduled again (a loaded machine)
+            # then does not shrink the batches after it one by one.
+            target = max(self._recent_sizes)
+            deadline = time.monotonic() + LINGER
             run = _Run()
             try:
                 # Each job's handler runs as soon as the job is taken, while the batch waits for
                 # the rest: the callers come back one by one, and their gaps are the writer's.
                 self._handle(run, job, 0)
-                # Those answered by the recent commits are about to send their next command:
-                # wait a moment for as many as the largest recent batch, so the batches (and
-                # their one commit each) stay full under load; a caller slow to be scheduled
-                # again (a loaded machine) then does not shrink the batches after it one by one.
-                target = max(self._recent_sizes)
-                deadline = time.monotonic() + LINGER
                 while run.size < MAX_BATCH:
                     try:
                         if run.size < target:
