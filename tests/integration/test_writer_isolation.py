@@ -32,7 +32,7 @@ def unwritable_todo(slug):
 
 class HeldWriter:
     """A store with one endpoint, and a command that holds its writer until released: the
-    commands sent meanwhile queue up and form the next batch together."""
+    commands sent meanwhile queue up and join the held command's batch once it is released."""
 
     def __init__(self, store_url, make_container, agent: str) -> None:
         container = make_container(store_url)
@@ -53,7 +53,7 @@ def test_an_unwritable_command_fails_alone_in_its_batch(store_url, make_containe
     with ThreadPoolExecutor(max_workers=4) as pool:
         held = pool.submit(store.run, hold_the_writer)
         assert entered.wait(10)
-        # these queue up behind the held command and so form the next batch together
+        # these queue up behind the held command and so join its batch together
         good_before = pool.submit(app.push, slug, "before", caller=CLI, payload={"n": 1})
         # the application refuses such text at the door (invalid_argument), so go round it
         bad = pool.submit(store.run, unwritable_todo(slug))
@@ -115,7 +115,7 @@ def test_commands_awaited_on_an_event_loop_share_a_batch_and_never_block_the_loo
 
 def test_a_taken_command_runs_while_its_batch_waits_for_more(store_url, make_container, monkeypatch):
     """The writer runs each command's handler as soon as it takes the command, while the batch
-    lingers for the callers about to come back (docs/adr/0004); the batch still commits as one."""
+    lingers for the callers about to come back (docs/adr/0032); the batch still commits as one."""
     from interfaces.store import writer as writer_module
 
     held_writer = HeldWriter(store_url, make_container, "writer-linger")
@@ -134,14 +134,12 @@ def test_a_taken_command_runs_while_its_batch_waits_for_more(store_url, make_con
         return todo.todo_id
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        started = time.monotonic()
         answer = pool.submit(store.run, first)
         assert handled.wait(2.5), "the handler waited for its batch to close"
         assert not answer.done()  # its batch is still open, lingering for a second command
         second = pool.submit(app.push, slug, "second", caller=CLI, payload={"n": 2})
         first_id = answer.result(timeout=10)
         assert second.result(timeout=10)["created"] is True
-        assert time.monotonic() - started < 4.5  # the second command closed the batch, not the linger
     assert commits == [["TodoOpened", "TodoOpened"]]  # one commit for both
     assert app.get_todo(first_id, caller=CLI)["title"] == "first"
     assert sorted(t["title"] for t in app.list_todos(caller=CLI, endpoint=slug)) == ["first", "second"]
