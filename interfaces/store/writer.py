@@ -3,8 +3,9 @@
 It takes all handlers waiting at that moment (and, for a moment, those about to come), runs each
 as it takes it, one after another on a shared view of the aggregates they touch
 (`interfaces/store/unit.py`), and appends every resulting event in ONE transaction, with the
-payloads the commands' answers show, read in it before it commits (docs/adr/0027). Optimistic concurrency (the unique (stream, version) key) catches a race with
-another process: the batch is then re-run on fresh state, then one command at a time. A commit
+payloads the commands' answers show, read in it before it commits (docs/adr/0027). Optimistic
+concurrency (the unique (stream, version) key) catches a race with another process: the batch
+is then re-run on fresh state, then one command at a time. A commit
 whose outcome was lost with the connection is resolved by the recorder (recorders.py,
 docs/adr/0014); the writer only answers what it learns. See docs/adr/0004-claims-and-batching.md.
 """
