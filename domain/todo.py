@@ -87,6 +87,8 @@ def one_line_title(title: str) -> str:
 
 def check_result(result: Any) -> Any:
     """A result is any JSON value of at most 64 KiB encoded."""
+    if result is None:  # most completions carry none; json.dumps would build an encoder for it
+        return None
     try:
         encoded = json.dumps(result, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         size = len(encoded.encode())

@@ -2,9 +2,11 @@
 
 A batch that claimed reads the todo ids claimable for each (endpoint, queues) it asked about
 again, on a thread of its own, while its events are written (the query overlaps the commit's
-I/O). The next batch takes them instead of querying on the writer thread. Nothing is ever missed:
-todos this batch claims are left out, a batch after which any todo may become claimable
-(`MAY_BECOME_CLAIMABLE`) reads nothing ahead, and a read that reached the queue's tail is
+I/O). A later batch that claims takes them instead of querying on the writer thread: the next
+one, or one after batches that claimed nothing there (completions, heartbeats: with
+`claim_next(max=10)` nine batches in ten), for up to `MAX_AGE`. Nothing is ever missed: todos
+claimed since the read are left out, a batch after which any todo may become claimable
+(`MAY_BECOME_CLAIMABLE`) drops every read ahead, and a read that reached the queue's tail is
 thrown away (read fresh instead).
 """
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
 
 from application.ports import Clock
@@ -22,6 +24,10 @@ from domain.todo import MAY_BECOME_CLAIMABLE, TodoClaimed
 
 CANDIDATES_PER_BATCH = 64  # todo ids read per (endpoint, queues) at a time
 PREFETCH_WAIT = 0.05  # seconds the next batch waits for a read ahead before querying itself
+MAX_AGE = timedelta(milliseconds=250)
+"""How long a read ahead stays good (by the store's clock) while batches that claim nothing there pass:
+a todo whose delay or backoff ends meanwhile is not in it (it is not the queue's tail, so the
+claim is still served, by todos behind the one that just became due)."""
 CLOSE_WAIT = 5.0  # seconds close() waits for a read ahead still running (before its connection closes)
 
 QueueKey = tuple[str, tuple[str, ...]]
@@ -32,31 +38,38 @@ ReadClaimable = Callable[[str, Sequence[str], datetime, int], list[UUID]]
 
 
 class CandidatePrefetch:
-    """The read-ahead of one writer: started after a batch, taken (once) by the next."""
+    """The read-ahead of one writer: started after a batch that claimed, taken (once) by a later one."""
 
     def __init__(self, read: ReadClaimable, clock: Clock) -> None:
         self._read = read
         self._clock = clock
-        self._ahead: dict[QueueKey, tuple[Future, frozenset[UUID]]] = {}
+        self._ahead: dict[QueueKey, tuple[Future, frozenset[UUID], datetime]] = {}
+        """Per key: the read, the todos claimed since it was started, and when it was."""
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="switchboard-prefetch")
         self._running: set[Future] = set()  # reads ahead not finished (done ones remove themselves)
         self._running_lock = threading.Lock()
 
     def read_ahead(self, keys: Iterable[QueueKey], events: Sequence[DomainEvent]) -> None:
-        """Starts reading the candidates of these queues for the batch after the one that
-        recorded `events` (nothing, if any of them may make a todo claimable)."""
-        self._ahead.clear()
-        keys = list(keys)
-        if not keys or any(isinstance(e, MAY_BECOME_CLAIMABLE) for e in events):
+        """Starts reading the candidates of these queues for a batch after the one that recorded
+        `events`; what was read ahead for other queues stays, less what `events` claim (all of
+        it goes if any of them may make a todo claimable)."""
+        if any(isinstance(e, MAY_BECOME_CLAIMABLE) for e in events):
+            self._ahead.clear()
             return
+        keys = list(keys)
         claimed = frozenset(e.originator_id for e in events if isinstance(e, TodoClaimed))
         now = self._clock.now()
+        for key, (future, taken, read_at) in list(self._ahead.items()):
+            if key in keys or now - read_at > MAX_AGE:
+                del self._ahead[key]
+            elif claimed:
+                self._ahead[key] = (future, taken | claimed, read_at)
         for endpoint_id, queues in keys:
             future = self._pool.submit(self._read, endpoint_id, queues, now, CANDIDATES_PER_BATCH)
             with self._running_lock:
                 self._running.add(future)
             future.add_done_callback(self._finished)
-            self._ahead[(endpoint_id, queues)] = (future, claimed)
+            self._ahead[(endpoint_id, queues)] = (future, claimed, now)
 
     def take(self, key: QueueKey, want: int) -> Candidates | None:
         """The candidates read ahead for `key`, if there are at least `want` of them; else None
@@ -64,7 +77,9 @@ class CandidatePrefetch:
         entry = self._ahead.pop(key, None)
         if entry is None:
             return None
-        future, claimed = entry
+        future, claimed, read_at = entry
+        if self._clock.now() - read_at > MAX_AGE:
+            return None
         try:
             ids = future.result(timeout=PREFETCH_WAIT)
         except Exception:  # a failed or slow read ahead only means reading now
