@@ -170,8 +170,13 @@ class PgProxy:
             except OSError:
                 _close(client)
                 continue
-            with self._lock:
-                self.links.append(_Link(self, client, upstream))
+            with self._lock:  # `refuse` may have run while this one was being connected
+                live = self._listener is listener
+                if live:
+                    self.links.append(_Link(self, client, upstream))
+            if not live:  # else it would outlive the refusal (a pool's connection opening just then)
+                _close(client)
+                _close(upstream)
 
     def close(self) -> None:
         self.refuse()
