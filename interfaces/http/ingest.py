@@ -8,7 +8,7 @@ A refusal (429, 413, 404, 401, 503) happens before anything is appended, so it s
 
 The handler asks Litestar for the request alone (the token is read from its path parameters),
 reads the body from `receive` itself and answers an `ASGIResponse` of bytes it encoded: no
-signature model to validate, no `Request.stream` generator, no `Response` to convert. Half of what
+path parameter to validate, no `Request.stream` generator, no `Response` to convert. Half of what
 the route cost the event loop per delivery, measured in-process (docs/adr/0032). A plain ASGI mount
 would cost less still, but Litestar matches a mount's path as a bare prefix: one at `/webhooks/w`
 would also take the board's `/webhooks/wh_…` pages.
@@ -26,6 +26,7 @@ from litestar.exceptions import InternalServerException
 from litestar.response.base import ASGIResponse
 
 from application.webhooks import Webhooks
+from interfaces.asgi_body import BodyTooLarge, read_body
 from interfaces.http.errors import STATUS_BY_CODE
 from interfaces.http.ratelimit import TokenBuckets, client_address
 
@@ -36,22 +37,6 @@ def _refusal(message: str, code: str, headers: dict[str, str] | None = None) -> 
     """The JSON error body every route answers with (interfaces/http/errors.py)."""
     return ASGIResponse(body=msgspec.json.encode({"error": message, "code": code}), status_code=STATUS_BY_CODE[code],
                         media_type=MediaType.JSON, headers=headers)
-
-
-async def _body(request: Request) -> bytes | None:
-    """The whole body, or None once it passes MAX_BODY (as `Request.stream` reads it)."""
-    chunks, size = [], 0
-    while True:
-        message = await request.receive()
-        if message["type"] != "http.request":
-            raise InternalServerException("client disconnected prematurely")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > MAX_BODY:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 def ingest_route(webhooks: Webhooks, buckets: TokenBuckets, executor: Executor):
@@ -70,9 +55,12 @@ def ingest_route(webhooks: Webhooks, buckets: TokenBuckets, executor: Executor):
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
             return _refusal("payload too large", "payload_too_large")
-        body = await _body(request)
-        if body is None:
+        try:
+            body, gone = await read_body(request.receive, MAX_BODY)
+        except BodyTooLarge:
             return _refusal("payload too large", "payload_too_large")
+        if gone is not None:  # as `Request.stream` says it
+            raise InternalServerException("client disconnected prematurely")
         answer = await webhooks.ingest_async(request.path_params["token"], request.headers, body,  # lowers the names
                                              remote_addr=client, offload=offload)
         return ASGIResponse(body=msgspec.json.encode(answer), status_code=202, media_type=MediaType.JSON)

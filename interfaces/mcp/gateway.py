@@ -43,6 +43,7 @@ from starlette.types import Message, Receive, Scope, Send
 from application.background import OutageLog
 from application.errors import StoreUnavailable
 from domain.errors import DomainError
+from interfaces.asgi_body import BodyTooLarge, read_body
 from interfaces.json_depth import TOO_DEEP, json_too_deep
 from interfaces.mcp.doorbell import Doorbell
 from interfaces.mcp.server import PRINCIPAL, Principal, build_server, call_tool
@@ -128,28 +129,13 @@ def _bearer(scope: Scope) -> str | None:
     return credential
 
 
-class _TooLarge(Exception):
-    pass
-
-
 async def _read_body(headers: dict[bytes, bytes], receive: Receive) -> tuple[bytes, list[Message]]:
-    """The whole body (at most MAX_BODY bytes, else _TooLarge) and any message read past it."""
+    """The whole body (at most MAX_BODY bytes, else BodyTooLarge) and any message read past it."""
     declared = headers.get(b"content-length")
     if declared is not None and declared.strip().isdigit() and int(declared) > MAX_BODY:
-        raise _TooLarge
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return b"".join(chunks), [message]
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise _TooLarge
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks), []
+        raise BodyTooLarge
+    body, gone = await read_body(receive, MAX_BODY)
+    return body, [] if gone is None else [gone]
 
 
 _TOOL_CALL_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
@@ -347,7 +333,7 @@ class McpGateway:
         if method == "POST":
             try:
                 body, rest = await _read_body(headers, receive)
-            except _TooLarge:
+            except BodyTooLarge:
                 too_large = True
         too_deep = body is not None and json_too_deep(body)  # the SDK's parser would recurse into a RecursionError
         version = headers.get(_PROTOCOL_VERSION)
