@@ -25,9 +25,12 @@ from domain.todo import MAY_BECOME_CLAIMABLE, TodoClaimed
 CANDIDATES_PER_BATCH = 64  # todo ids read per (endpoint, queues) at a time
 PREFETCH_WAIT = 0.05  # seconds the next batch waits for a read ahead before querying itself
 MAX_AGE = timedelta(milliseconds=250)
-"""How long a read ahead stays good (by the store's clock) while batches that claim nothing there pass:
-a todo whose delay or backoff ends meanwhile is not in it (it is not the queue's tail, so the
-claim is still served, by todos behind the one that just became due)."""
+"""How long a read ahead stays good (by the store's clock) while batches that claim nothing there
+pass. What became claimable meanwhile without an event of this writer (a delay or backoff that
+ended; a release, expiry or requeue in another process) is not in it, so for that long a claim
+may be served by younger todos (never an empty answer: a read that reached the tail is not
+kept); a todo another process claimed meanwhile is read afresh before it is given, or loses the
+commit's version check."""
 CLOSE_WAIT = 5.0  # seconds close() waits for a read ahead still running (before its connection closes)
 
 QueueKey = tuple[str, tuple[str, ...]]
@@ -35,6 +38,11 @@ QueueKey = tuple[str, tuple[str, ...]]
 Candidates = tuple[list[UUID], bool]
 """Claimable todo ids, oldest first, and whether they are the whole of what is claimable."""
 ReadClaimable = Callable[[str, Sequence[str], datetime, int], list[UUID]]
+
+
+def _fresh(read_at: datetime, now: datetime) -> bool:
+    """Read at most MAX_AGE ago (a clock that went back since makes it stale too)."""
+    return timedelta(0) <= now - read_at <= MAX_AGE
 
 
 class CandidatePrefetch:
@@ -60,7 +68,7 @@ class CandidatePrefetch:
         claimed = frozenset(e.originator_id for e in events if isinstance(e, TodoClaimed))
         now = self._clock.now()
         for key, (future, taken, read_at) in list(self._ahead.items()):
-            if key in keys or now - read_at > MAX_AGE:
+            if key in keys or not _fresh(read_at, now):
                 del self._ahead[key]
             elif claimed:
                 self._ahead[key] = (future, taken | claimed, read_at)
@@ -78,7 +86,7 @@ class CandidatePrefetch:
         if entry is None:
             return None
         future, claimed, read_at = entry
-        if self._clock.now() - read_at > MAX_AGE:
+        if not _fresh(read_at, self._clock.now()):
             return None
         try:
             ids = future.result(timeout=PREFETCH_WAIT)

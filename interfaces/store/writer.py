@@ -352,8 +352,7 @@ class Writer:
             try:
                 recorded = self._commit(run.batch)
             except IntegrityError:
-                self._cache.forget(run.batch.aggregates)
-                self._prefetch.clear()
+                self._unsettled(run.batch)
                 again = [job for job, _ in done] + recheck
                 if attempt < BATCH_RETRIES:
                     time.sleep(random.uniform(0, 0.002 * (2 ** attempt)))
@@ -363,12 +362,11 @@ class Writer:
                         self._run_alone(job)
                 return
             except CommitOutcomeUnknown as error:
-                self._cache.forget(run.batch.aggregates)
-                self._prefetch.clear()
+                self._unsettled(run.batch)
                 for job, _ in done:
                     job.future.set_exception(error)
             except (PersistenceError, StoreUnavailable) as error:
-                self._cache.forget(run.batch.aggregates)
+                self._unsettled(run.batch)
                 self.store_down(error)
                 failure = StoreUnavailable(f"store unavailable: {error}")
                 for job, _ in done:
@@ -376,8 +374,7 @@ class Writer:
             except Exception:
                 # events that cannot be written at all (e.g. text that is not Unicode): nothing
                 # was appended; run the commands one at a time so only the culprit fails
-                self._cache.forget(run.batch.aggregates)
-                self._prefetch.clear()
+                self._unsettled(run.batch)
                 for job, _ in done:
                     self._run_alone(job)
             else:
@@ -386,6 +383,12 @@ class Writer:
                 self._announce(recorded)
         if recheck:
             self._process(recheck, attempt + 1)
+
+    def _unsettled(self, batch: Batch) -> None:
+        """A commit that failed, or whose outcome is unknown: its aggregates' copies and the
+        candidates read ahead from it (which leave out its claims) are dropped."""
+        self._cache.forget(batch.aggregates)
+        self._prefetch.clear()
 
     def _run_alone(self, job: Job) -> None:
         for attempt in range(MAX_RETRIES):
@@ -400,16 +403,16 @@ class Writer:
             try:
                 recorded = self._commit(batch)
             except IntegrityError:
-                self._cache.forget(batch.aggregates)
+                self._unsettled(batch)
                 time.sleep(random.uniform(0, 0.002 * (2 ** min(attempt, 6))))
                 continue
             except (PersistenceError, StoreUnavailable) as error:
-                self._cache.forget(batch.aggregates)
+                self._unsettled(batch)
                 self.store_down(error)
                 job.future.set_exception(StoreUnavailable(f"store unavailable: {error}"))
                 return
             except Exception as error:
-                self._cache.forget(batch.aggregates)
+                self._unsettled(batch)
                 job.future.set_exception(error)
                 return
             self._store_up()
