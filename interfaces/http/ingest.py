@@ -27,16 +27,16 @@ from litestar.response.base import ASGIResponse
 
 from application.webhooks import Webhooks
 from interfaces.asgi_body import BodyTooLarge, read_body
-from interfaces.http.errors import STATUS_BY_CODE
+from interfaces.http.errors import error_response
 from interfaces.http.ratelimit import TokenBuckets, client_address
 
 MAX_BODY = 5 * 1024 * 1024
 
 
-def _refusal(message: str, code: str, headers: dict[str, str] | None = None) -> ASGIResponse:
-    """The JSON error body every route answers with (interfaces/http/errors.py)."""
-    return ASGIResponse(body=msgspec.json.encode({"error": message, "code": code}), status_code=STATUS_BY_CODE[code],
-                        media_type=MediaType.JSON, headers=headers)
+def _refusal(request: Request, message: str, code: str, headers: dict[str, str] | None = None) -> ASGIResponse:
+    """The error every route answers (`error_response`), as the handler's one response type: a
+    refusal is rare, only the 202 needs to be cheap."""
+    return error_response(message, code, headers=headers).to_asgi_response(None, request)
 
 
 def ingest_route(webhooks: Webhooks, buckets: TokenBuckets, executor: Executor):
@@ -51,14 +51,15 @@ def ingest_route(webhooks: Webhooks, buckets: TokenBuckets, executor: Executor):
         client = client_address(request)
         wait = buckets.take(client)
         if wait > 0:
-            return _refusal("rate limit exceeded", "rate_limited", {"Retry-After": str(max(1, math.ceil(wait)))})
+            return _refusal(request, "rate limit exceeded", "rate_limited",
+                            {"Retry-After": str(max(1, math.ceil(wait)))})
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
-            return _refusal("payload too large", "payload_too_large")
+            return _refusal(request, "payload too large", "payload_too_large")
         try:
             body, gone = await read_body(request.receive, MAX_BODY)
         except BodyTooLarge:
-            return _refusal("payload too large", "payload_too_large")
+            return _refusal(request, "payload too large", "payload_too_large")
         if gone is not None:  # as `Request.stream` says it
             raise InternalServerException("client disconnected prematurely")
         answer = await webhooks.ingest_async(request.path_params["token"], request.headers, body,  # lowers the names
