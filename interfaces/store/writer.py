@@ -380,6 +380,11 @@ class Writer:
             else:
                 self._store_up()
                 settle_all([(job.future, result) for job, result in done])
+                # The GIL to the callers first: they answer (an HTTP 202, a tool result) and come
+                # back with their next command while this thread would only announce and take the
+                # next job. Without it the loop waits for the GIL behind the writer; with it ingest
+                # measured ~9 % more deliveries/s (docs/adr/0032, session 15).
+                time.sleep(0)
                 self._announce(recorded)
         if recheck:
             self._process(recheck, attempt + 1)

@@ -123,7 +123,15 @@ def test_a_taken_command_runs_while_its_batch_waits_for_more(store_url, make_con
     monkeypatch.setattr(writer_module, "LINGER", 5.0)
     store.writer._recent_sizes.append(2)  # recent batches held two: the next one waits for a second
     commits: list[list[str]] = []
-    store.writer.subscribe(lambda recorded: commits.append([type(r.event).__name__ for r in recorded]))
+    heard = threading.Event()
+
+    def announced(recorded) -> None:  # a commit is announced after its callers are answered
+        names = [type(r.event).__name__ for r in recorded]
+        if "TodoOpened" in names:  # not the set-up's own commit, which may be announced after this subscribes
+            commits.append(names)
+            heard.set()
+
+    store.writer.subscribe(announced)
     handled = threading.Event()
 
     def first(uow):
@@ -140,6 +148,7 @@ def test_a_taken_command_runs_while_its_batch_waits_for_more(store_url, make_con
         second = pool.submit(app.push, slug, "second", caller=CLI, payload={"n": 2})
         first_id = answer.result(timeout=10)
         assert second.result(timeout=10)["created"] is True
+    assert heard.wait(5)
     assert commits == [["TodoOpened", "TodoOpened"]]  # one commit for both
     assert app.get_todo(first_id, caller=CLI)["title"] == "first"
     assert sorted(t["title"] for t in app.list_todos(caller=CLI, endpoint=slug)) == ["first", "second"]
