@@ -4,10 +4,11 @@ the audit chain's sealer (docs/adr/0032; `serve`'s own stands by).
 Catching the tracked read models up is CPU work in Python (decode each event, build its rows);
 in the serving process it competed for the GIL with HTTP and ingest. Here it runs beside it:
 `serve` starts this module with the settings in the environment and writes a byte to its stdin
-after each local commit (a wake-up, like the in-process worker's event); the worker also looks at
-least once a second for what other processes committed. End of stdin — `serve` stopping, or
-dying even by SIGKILL — ends this process. Tracking rows are locked while a page is applied, so
-this process, other servers and readers catching up for themselves never apply an event twice.
+after a local commit (a wake-up, like the in-process worker's event; at most one per WAKE_EVERY);
+the worker also looks at least once a second for what other processes committed. End of stdin —
+`serve` stopping, or dying even by SIGKILL — ends this process. Tracking rows are locked while a
+page is applied, so this process, other servers and readers catching up for themselves never
+apply an event twice.
 
 `ProjectorProcess` is `serve`'s side: it starts this module, wakes it, and restarts it should it
 die (its supervisor thread lives and stops with it).
@@ -56,6 +57,9 @@ def _follow_parent(wake: threading.Event, stop: threading.Event) -> None:
 POOL_SIZE = 2
 """PostgreSQL connections this process opens at most: the catch-up reads and applies on one, the
 sealer reads and seals on the other."""
+WAKE_EVERY = ProjectionWorker.GATHER / 2
+"""Seconds between two wake-ups `serve` sends at most (one per commit was ~1/5 of this process's
+CPU under ingest, reading them; measured)."""
 OPEN_BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0)
 """Seconds between attempts to open the store (the last repeats): a database that is down or out
 of connections costs one log line and a retry, never a crash and a restart by `serve`."""
@@ -116,8 +120,9 @@ def main() -> int:
 class ProjectorProcess:
     """`serve`'s handle on this module's process, and its supervisor.
 
-    Woken by a byte on its stdin per local commit (never blocking this side: a full pipe already
-    means a wake-up is pending); restarted if it dies; its stdin closed, it exits.
+    Woken by a byte on its stdin after a local commit, at most one per WAKE_EVERY (never blocking
+    this side: a full pipe already means a wake-up is pending); restarted if it dies; its stdin
+    closed, it exits.
     """
 
     RESTART_DELAY = 1.0
@@ -129,6 +134,7 @@ class ProjectorProcess:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._supervisor: threading.Thread | None = None
+        self._woken = -WAKE_EVERY
 
     def start(self) -> ProjectorProcess:
         """Starts the child and the thread that restarts it should it die."""
@@ -147,6 +153,14 @@ class ProjectorProcess:
             self.proc = proc
 
     def wake(self) -> None:
+        """Tells the child there is something new. At most one byte per WAKE_EVERY: the child
+        reads the log only GATHER after a wake, so a commit made within WAKE_EVERY of the last
+        byte is read by the catch-up that byte starts (or, if one was already under way, by the
+        next, which the pending wake starts)."""
+        now = time.monotonic()
+        if now - self._woken < WAKE_EVERY:
+            return
+        self._woken = now
         with self._lock:
             proc = self.proc
         if proc is None or proc.stdin is None:

@@ -40,6 +40,7 @@ T = TypeVar("T")
 
 MAX_BATCH = 64  # commands per batch (one transaction)
 LINGER = 0.001  # seconds a batch may wait to fill up to the size of the recent batches
+GAP = 0.00025  # seconds a filling batch waits for its next job (LINGER in all at most)
 RECENT = 8  # batches whose largest size the next batch waits (LINGER at most) to reach
 MAX_RETRIES = 12  # attempts of a command run alone after its batch kept losing races
 BATCH_RETRIES = 3  # re-runs of a whole batch on fresh state before running it one by one
@@ -289,7 +290,10 @@ class Writer:
             # Those answered by the recent commits are about to send their next command: wait a
             # moment for as many as the largest recent batch, so the batches (and their one commit
             # each) stay full under load; a caller slow to be scheduled again (a loaded machine)
-            # then does not shrink the batches after it one by one.
+            # then does not shrink the batches after it one by one. The wait ends sooner when no
+            # job has come for GAP: callers that come back one by one, each after work of its own
+            # (an event loop preparing each delivery), would otherwise hold every batch for all
+            # of LINGER while the first jobs in it wait (docs/adr/0032, session 16).
             target = max(self._recent_sizes)
             deadline = time.monotonic() + LINGER
             run = _Run()
@@ -300,7 +304,7 @@ class Writer:
                 while run.size < MAX_BATCH:
                     try:
                         if run.size < target:
-                            more = self.jobs.get(timeout=max(deadline - time.monotonic(), 0))
+                            more = self.jobs.get(timeout=max(min(deadline - time.monotonic(), GAP), 0))
                         else:
                             more = self.jobs.get_nowait()
                     except queue.Empty:

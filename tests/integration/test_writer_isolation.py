@@ -121,6 +121,7 @@ def test_a_taken_command_runs_while_its_batch_waits_for_more(store_url, make_con
     held_writer = HeldWriter(store_url, make_container, "writer-linger")
     app, store, slug = held_writer.app, held_writer.store, held_writer.slug
     monkeypatch.setattr(writer_module, "LINGER", 5.0)
+    monkeypatch.setattr(writer_module, "GAP", 5.0)
     store.writer._recent_sizes.append(2)  # recent batches held two: the next one waits for a second
     commits: list[list[str]] = []
     heard = threading.Event()
@@ -152,3 +153,20 @@ def test_a_taken_command_runs_while_its_batch_waits_for_more(store_url, make_con
     assert commits == [["TodoOpened", "TodoOpened"]]  # one commit for both
     assert app.get_todo(first_id, caller=CLI)["title"] == "first"
     assert sorted(t["title"] for t in app.list_todos(caller=CLI, endpoint=slug)) == ["first", "second"]
+
+
+def test_a_filling_batch_stops_waiting_once_no_command_has_come_for_a_gap(store_url, make_container, monkeypatch):
+    """The batch waits for as many commands as the recent batches held, up to LINGER in all, but
+    no longer than GAP for each next one: a lone command does not wait out the whole LINGER."""
+    from interfaces.store import writer as writer_module
+
+    held_writer = HeldWriter(store_url, make_container, "writer-gap")
+    app, store, slug = held_writer.app, held_writer.store, held_writer.slug
+    app.push(slug, "warm", caller=CLI, payload={"n": 0})  # the writer thread and its connection up
+    monkeypatch.setattr(writer_module, "LINGER", 5.0)
+    monkeypatch.setattr(writer_module, "GAP", 0.05)
+    store.writer._recent_sizes.extend([8] * writer_module.RECENT)  # recent batches were full
+    started = time.monotonic()
+    app.push(slug, "alone", caller=CLI, payload={"n": 1})
+    waited = time.monotonic() - started
+    assert waited < 2.5, f"a lone command waited {waited:.2f} s for its batch to fill (LINGER is 5 s)"
