@@ -263,18 +263,25 @@ class Tx:
         raw = psycopg.RawCursor(conn)
         with conn.pipeline():
             for sql, params in coalesced:
-                # A coalesced statement has a row's parameters per row: past 50 psycopg converts
-                # its placeholders afresh on every execute (a regex split, uncached), ~1/4 of
-                # the projector process's CPU under ingest (measured). `convert` caches the
-                # conversion; the `$n` query then goes through a raw cursor as it is.
-                try:
-                    query, formats = convert(sql.encode())
-                except ValueError:  # a placeholder `convert` does not know: psycopg's own
-                    query, formats = b"", (PyFormat.BINARY,)
-                if all(f is PyFormat.AUTO for f in formats):
-                    raw.execute(query, params)
+                numbered = _numbered(sql)
+                if numbered is not None:
+                    raw.execute(numbered, params)
                 else:
                     self._cursor.execute(sql, params)
+
+
+def _numbered(sql: str) -> bytes | None:
+    """The statement with `$n` placeholders, when each of its own is a plain `%s`; else None.
+
+    A coalesced statement has a row's parameters per row: past 50, psycopg converts its
+    placeholders afresh on every execute (a regex split, uncached), ~1/4 of the projector
+    process's CPU under ingest (measured). `convert` caches the conversion, and a raw cursor
+    sends the `$n` text as it is, each parameter adapted as `%s` adapts it."""
+    try:
+        query, formats = convert(sql.encode())
+    except ValueError:  # a placeholder `convert` does not know: left to psycopg
+        return None
+    return query if all(f is PyFormat.AUTO for f in formats) else None
 
 
 def storable(params: Sequence[Any]) -> tuple[Any, ...]:
