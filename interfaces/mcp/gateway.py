@@ -488,6 +488,24 @@ class McpGateway:
             if stream_open:
                 self.registry.stream_closed(session_id)
 
+class EndedSessionRace(logging.Filter):
+    """The SDK logs its ClosedResourceError (python-sdk#2741) with a traceback before raising it,
+    though the gateway handles it (`handle`): that record becomes the one-line INFO the gateway
+    writes, not an ERROR with a traceback in the operator's log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], anyio.ClosedResourceError):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.exc_info, record.exc_text = None, None
+            record.msg, record.args = "%s (a session that ended under the request; handled)", (record.getMessage(),)
+            return logging.getLogger(record.name).isEnabledFor(logging.INFO)
+        return True
+
+
+SDK_TRANSPORT_LOG = logging.getLogger("mcp.server.streamable_http")
+SDK_TRANSPORT_LOG.addFilter(EndedSessionRace())
+
+
 class AnsweredOnce:
     """An ASGI `send` that passes one response and drops anything sent after it completed.
 

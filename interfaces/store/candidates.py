@@ -69,7 +69,7 @@ class CandidatePrefetch:
         now = self._clock.now()
         for key, (future, taken, read_at) in list(self._ahead.items()):
             if key in keys or not _fresh(read_at, now):
-                del self._ahead[key]
+                self._ahead.pop(key, None)  # an event loop's batches read ahead too (docs/adr/0034)
             elif claimed:
                 self._ahead[key] = (future, taken | claimed, read_at)
         for endpoint_id, queues in keys:

@@ -30,13 +30,19 @@ from interfaces.store.candidates import CandidatePrefetch
 from interfaces.store.codec import EventCodec
 from interfaces.store.database import DEFAULT_POOL_SIZE, Database, DatabaseUrl, Tx
 from interfaces.store.queues import LoadEstimates, SqlQueueLoad
-from interfaces.store.recorders import PooledPostgresDatastore, PostgresEventRecorder, SqliteEventRecorder
-from interfaces.store.unit import Reads, ReadSource
-from interfaces.store.writer import Writer
+from interfaces.store.recorders import (
+    PooledPostgresDatastore, PostgresEventRecorder, SentAppend, Session, SqliteEventRecorder,
+)
+from interfaces.store.unit import Reads, ReadSource, WouldRead
+from interfaces.store.writer import LoopAppends, Writer
 from projections.base import Projection, micros
 
 T = TypeVar("T")
 A = TypeVar("A", bound=Aggregate)
+
+
+def _would_read(*_: Any) -> Any:
+    raise WouldRead("a prune reads the store before its append")
 
 
 class SqlEventStore:
@@ -58,7 +64,8 @@ class SqlEventStore:
         self.load_estimates = LoadEstimates(self.queue_reads)
         reads = Reads(load=self.load, claimable=self.claimable, payloads=self.read_payloads, cache=self.cache,
                       prefetch=self._prefetch, queue_loads=self.load_estimates)
-        self.writer = Writer(self._append, reads, clock)
+        loop_appends = LoopAppends(self._open_session, self._send) if url.dialect == "postgres" else None
+        self.writer = Writer(self._append, reads, clock, loop_appends)
 
     # -- lifecycle
 
@@ -100,7 +107,8 @@ class SqlEventStore:
             self.datastore.close()
 
     def subscribe(self, listener: Callable[[list[Recorded]], None]) -> None:
-        """Calls `listener` on the writer thread after each commit; it must be quick."""
+        """Calls `listener` after each commit (on the writer thread, or on the event loop whose
+        batch it was: docs/adr/0034); it must be quick and safe from any thread."""
         self.writer.subscribe(listener)
 
     # -- the write side
@@ -124,21 +132,36 @@ class SqlEventStore:
         (read_checks.py), the events, the payloads they name (docs/adr/0027), what a prune among
         them removes, and the inline read models' rows; then, before it commits, the
         stored payloads of `read` (what the batch's answers show), as of this very commit."""
-        stored = [self.codec.to_stored_event(e) for e in events]
-        sqlite = self.url.dialect == "sqlite"
-        ops = read_checks.check_ops(events, sqlite=sqlite)  # first: a moved stream fails the append (ADR 31)
-        ops += blobs.ops_for(blobs.carried_blobs(events), events[0].timestamp, compress=sqlite)
-        pruning, rewritten = blobs.retention_ops(events, self.db.query, sqlite=sqlite)
-        ops += pruning
-        ops += [op for p in self.inline for e in events for op in p.ops(e, None)]
+        stored, ops, rewritten = self._prepared(events, self.db.query)
         positions, payloads = self.recorder.append(
             stored, inline_ops=ops, inline_tracking=tuple(p.name for p in self.inline),
             notify=doorbell_news(events), read=read)
         self.cache.forget(rewritten)  # their payloads were pruned: read them again
         return positions, payloads
 
-    # -- reads
+    def _prepared(self, events: list[DomainEvent], query: Callable[..., Any]) -> tuple[list[Any], list[Any], set[Any]]:
+        """The events as stored, the ops that go with them, the aggregates a prune among them rewrites."""
+        stored = [self.codec.to_stored_event(e) for e in events]
+        sqlite = self.url.dialect == "sqlite"
+        ops = read_checks.check_ops(events, sqlite=sqlite)  # first: a moved stream fails the append (ADR 31)
+        ops += blobs.ops_for(blobs.carried_blobs(events), events[0].timestamp, compress=sqlite)
+        pruning, rewritten = blobs.retention_ops(events, query, sqlite=sqlite)
+        ops += pruning
+        ops += [op for p in self.inline for e in events for op in p.ops(e, None)]
+        return stored, ops, rewritten
 
+    def _open_session(self) -> Session:
+        return self.recorder.open_session()
+
+    def _send(self, session: Session, events: list[DomainEvent], read: Sequence[str]) -> SentAppend:
+        """`_append` sent from an event loop (docs/adr/0034): the same transaction, its answer read
+        when it comes. A prune among the events reads the store first, so it raises `WouldRead`:
+        such a batch is the writer thread's (then nothing is rewritten here, nothing to forget)."""
+        stored, ops, _ = self._prepared(events, _would_read)
+        return self.recorder.send(session, stored, inline_ops=ops, inline_tracking=tuple(p.name for p in self.inline),
+                                  notify=doorbell_news(events), read=read)
+
+    # -- reads
 
     def load(self, cls: type[A], aggregate_id: UUID) -> A | None:
         """Rebuilds an aggregate from its stream (no cache)."""

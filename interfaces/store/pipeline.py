@@ -68,6 +68,20 @@ class Pipeline:
         """Sends the statements and a Sync, then reads every result: one per statement, in order.
         Raises the first statement's error (as psycopg would), or `OperationalError` if the
         connection is lost."""
+        owners = self._send(statements)
+        return self._answers(owners, len(statements), self._communicate())
+
+    def start(self, statements: Sequence[Statement]) -> Sent:
+        """Queues the statements and a Sync and returns at once, on a connection in non-blocking
+        mode: a caller on an event loop hands the rest to the socket when it is writable
+        (`Sent.flush`) and reads the results when it is readable (`Sent.poll`). Nothing here
+        waits, even for a server that reads nothing while its session waits for a lock."""
+        if not self._pgconn.nonblocking:
+            raise ValueError("Pipeline.start needs a connection in non-blocking mode")
+        owners = self._send(statements)
+        return Sent(self, owners, len(statements))
+
+    def _send(self, statements: Sequence[Statement]) -> list[int]:
         pgconn = self._pgconn
         pgconn.enter_pipeline_mode()
         owners: list[int] = []  # the statement each result belongs to (-1: a Prepare)
@@ -95,8 +109,10 @@ class Pipeline:
             owners.append(index)
             pgconn.flush()  # without waiting: the server runs this one while the next is prepared
         pgconn.pipeline_sync()
-        results = self._communicate()
-        pgconn.exit_pipeline_mode()
+        return owners
+
+    def _answers(self, owners: list[int], count: int, results: list[pq.PGresult]) -> list[pq.PGresult]:
+        self._pgconn.exit_pipeline_mode()
         answers: list[pq.PGresult] = []
         error: pq.PGresult | None = None
         for owner, result in zip(owners, results):
@@ -106,8 +122,8 @@ class Pipeline:
                 answers.append(result)
         if error is not None:
             raise error_from_result(error, encoding=self._conn.info.encoding)
-        if len(answers) != len(statements):
-            raise psycopg.OperationalError(f"{len(answers)} results for {len(statements)} statements")
+        if len(answers) != count:
+            raise psycopg.OperationalError(f"{len(answers)} results for {count} statements")
         return answers
 
     def rows(self, result: pq.PGresult) -> list[tuple]:
@@ -119,10 +135,7 @@ class Pipeline:
         """Flushes what is queued and reads results up to the Sync's; while the output is not all
         sent, input is read too (the server may be blocked sending us results)."""
         pgconn, fd = self._pgconn, self._pgconn.socket
-        while pgconn.flush():
-            readable, _, _ = select.select([fd], [fd], [])
-            if readable:
-                pgconn.consume_input()
+        self._flush()
         results: list[pq.PGresult] = []
         while True:
             while pgconn.is_busy():
@@ -134,3 +147,41 @@ class Pipeline:
             if result.status == pq.ExecStatus.PIPELINE_SYNC:
                 return results
             results.append(result)
+
+    def _flush(self) -> None:
+        """Hands everything queued to the socket (reading meanwhile: the server may be blocked
+        sending us results)."""
+        pgconn, fd = self._pgconn, self._pgconn.socket
+        while pgconn.flush():
+            readable, _, _ = select.select([fd], [fd], [])
+            if readable:
+                pgconn.consume_input()
+
+
+class Sent:
+    """A transaction sent by `Pipeline.start`, its results read as they come, without blocking."""
+
+    def __init__(self, pipeline: Pipeline, owners: list[int], count: int) -> None:
+        self.pipeline = pipeline
+        self.socket = pipeline._pgconn.socket
+        self._owners = owners
+        self._count = count
+        self._results: list[pq.PGresult] = []
+
+    def flush(self) -> bool:
+        """Hands what it can to the socket without waiting; True once all has gone."""
+        return self.pipeline._pgconn.flush() == 0
+
+    def poll(self) -> list[pq.PGresult] | None:
+        """Reads what has come: every statement's result once the Sync's has (as `Pipeline.run`
+        returns them, or its error raised), else None. `OperationalError` if the connection is lost."""
+        pgconn = self.pipeline._pgconn
+        pgconn.consume_input()
+        while not pgconn.is_busy():
+            result = pgconn.get_result()
+            if result is None:
+                continue  # the end of one statement's results
+            if result.status == pq.ExecStatus.PIPELINE_SYNC:
+                return self.pipeline._answers(self._owners, self._count, self._results)
+            self._results.append(result)
+        return None

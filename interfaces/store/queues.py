@@ -122,15 +122,22 @@ class LoadEstimates:
 
     def get(self, key: QueueKey, now: datetime, *, fresh: bool) -> QueueLoad:
         if not fresh:
-            with self._lock:
-                known = self._known.get(key)
+            known = self.known(key, now)
             if known is not None:
-                since = now - RATE_WINDOW
-                return QueueLoad(known.in_flight, tuple(t for t in known.recent_claims if t > since))
+                return known
         load = self.reads.load(*key, now)
         with self._lock:
             self._known[key] = load
         return load
+
+    def known(self, key: QueueKey, now: datetime) -> QueueLoad | None:
+        """The estimate, if there is one (None: `get` would read the store)."""
+        with self._lock:
+            known = self._known.get(key)
+        if known is None:
+            return None
+        since = now - RATE_WINDOW
+        return QueueLoad(known.in_flight, tuple(t for t in known.recent_claims if t > since))
 
     def committed(self, moves: Sequence[LoadMove]) -> None:
         """After a commit: each (queue, +1 for a claim / -1 for a claim's end, the claim's time if

@@ -11,7 +11,7 @@ fails commits nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import contextlib
@@ -34,7 +34,7 @@ from interfaces.store import blobs
 from interfaces.store.database import (
     Database, DatabaseUrl, array_param, coalesce_ops, first_line, idle_and_sound, run_ops,
 )
-from interfaces.store.pipeline import Pipeline, Statement
+from interfaces.store.pipeline import Pipeline, Sent, Statement
 from projections.base import Op
 
 log = logging.getLogger("switchboard.store")
@@ -180,7 +180,17 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
         inline ops and before COMMIT (an error there aborts the transaction: nothing commits)."""
         if not stored_events:
             return [], {}
-        ops = coalesce_ops(kwargs.get("inline_ops", ()))  # before BEGIN: nothing may raise once sent
+        plan = self._plan(stored_events, read, kwargs)  # before BEGIN: nothing may raise once sent
+        conn = None
+        try:
+            conn = self._connection()
+            pipeline = self._local.pipeline
+            return plan.appended(pipeline, pipeline.run(plan.statements))
+        except psycopg.Error as error:
+            return self._failed(error, conn, getattr(self._local, "name", ""), self._discard, plan)
+
+    def _plan(self, stored_events: Sequence[StoredEvent], read: Sequence[str], kwargs: dict[str, Any]) -> _Plan:
+        ops = coalesce_ops(kwargs.get("inline_ops", ()))
         tracked: Sequence[str] = kwargs.get("inline_tracking", ())
         notify = self._notify.get(kwargs.get("notify"))
         wanted = list(dict.fromkeys(read))
@@ -202,29 +212,59 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
         if wanted:  # as this commit leaves them (after its own upserts and prunes)
             statements.append((blobs.READ_ANY, (array_param(wanted),), True))
         statements.append((b"COMMIT", None, False))
-        sent = False
-        try:
-            conn = self._connection()
-            sent = True
-            pipeline = self._local.pipeline
-            results = pipeline.run(statements)
-            ids = [value for value, in pipeline.rows(results[inserted])]
-            return ids, (blobs.stored_rows(pipeline.rows(results[payloads_read])) if wanted else {})
-        except psycopg.errors.IntegrityError as error:
-            self._discard()
+        return _Plan(statements, columns, wanted, inserted, payloads_read)
+
+    def _failed(self, error: psycopg.Error, conn: psycopg.Connection | None, name: str,
+                discard: Callable[[], None], plan: _Plan) -> Appended:
+        """After an append's error: the connection discarded; a conflict raised as such; an
+        outcome the error leaves unsure looked for (blocking, up to RESOLVE_FOR)."""
+        sqlstate = getattr(error, "sqlstate", None)
+        unsure = conn is not None and not isinstance(error, psycopg.errors.IntegrityError) and (
+            isinstance(error, psycopg.OperationalError) or conn.broken or conn.closed
+            or sqlstate is None or sqlstate[:2] in _UNSURE_CLASSES
+        )
+        discard()
+        if isinstance(error, psycopg.errors.IntegrityError):
             raise IntegrityError(error) from error
+        if unsure:
+            appended = self._outcome(name, plan.columns, error, plan.wanted)
+            if appended is not None:
+                return appended
+        raise OperationalError(error) from error
+
+    # -- an append whose answer an event loop awaits (docs/adr/0034)
+
+    def open_session(self) -> Session:
+        """A connection of its own for a caller on an event loop (blocking: open it on a thread),
+        named apart from the writer thread's in pg_stat_activity."""
+        name = f"switchboard-writer-loop-{uuid4().hex[:16]}"
+        conn = psycopg.connect(self._url.conninfo(application_name=name), autocommit=True)
+        try:
+            for setting in WRITER_PLANS:
+                conn.execute(setting)
+            conn.pgconn.nonblocking = 1  # its appends are sent from the loop, which never waits
+        except BaseException:
+            conn.close()
+            raise
+        return Session(conn, name, Pipeline(conn))
+
+    def send(self, session: Session, stored_events: Sequence[StoredEvent], *, read: Sequence[str] = (),
+             **kwargs: Any) -> SentAppend:
+        """Sends the append on `session` and returns at once; its answer is read as it comes
+        (`SentAppend.poll`). If sending failed, the append's `error` says why (its outcome may be
+        unsure all the same: `SentAppend.failed`)."""
+        plan = self._plan(stored_events, read, kwargs)
+        appending = SentAppend(self, session, plan)
+        try:
+            appending.started(session.pipeline.start(plan.statements))
         except psycopg.Error as error:
-            unsure = sent and (
-                isinstance(error, psycopg.OperationalError) or conn.broken or conn.closed
-                or error.sqlstate is None or error.sqlstate[:2] in _UNSURE_CLASSES
-            )
-            name = getattr(self._local, "name", "")
-            self._discard()
-            if unsure:
-                appended = self._outcome(name, columns, error, wanted)
-                if appended is not None:
-                    return appended
-            raise OperationalError(error) from error
+            appending.error = error
+        except BaseException:
+            # a parameter that cannot be sent (COMMIT, which has none, was not queued yet):
+            # nothing was committed, and the session is mid-pipeline
+            session.close()
+            raise
+        return appending
 
     def _lookup_connection(self) -> Any:
         if self.connections is not None:
@@ -276,3 +316,70 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
                 time.sleep(RESOLVE_PAUSE)
         log.debug("writer: a commit whose answer was lost %s", "had committed" if ours else "had not committed")
         return ([position for _, position, _ in rows], payloads) if ours else None
+
+
+class _Plan:
+    """One append's statements, and where its answers are among their results."""
+
+    __slots__ = ("statements", "columns", "wanted", "inserted", "payloads_read")
+
+    def __init__(self, statements: list[Statement], columns: tuple[list, ...], wanted: list[str], inserted: int,
+                 payloads_read: int) -> None:
+        self.statements, self.columns, self.wanted = statements, columns, wanted
+        self.inserted, self.payloads_read = inserted, payloads_read
+
+    def appended(self, pipeline: Pipeline, results: list[Any]) -> Appended:
+        ids = [value for value, in pipeline.rows(results[self.inserted])]
+        return ids, (blobs.stored_rows(pipeline.rows(results[self.payloads_read])) if self.wanted else {})
+
+
+class Session:
+    """A writer connection used by one event loop's batches (`PostgresEventRecorder.open_session`)."""
+
+    def __init__(self, conn: psycopg.Connection, name: str, pipeline: Pipeline) -> None:
+        self.conn, self.name, self.pipeline = conn, name, pipeline
+
+    def sound(self) -> bool:
+        return not self.conn.closed and idle_and_sound(self.conn)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.close()
+
+
+class SentAppend:
+    """An append on its way (`PostgresEventRecorder.send`)."""
+
+    def __init__(self, recorder: PostgresEventRecorder, session: Session, plan: _Plan) -> None:
+        self._recorder, self._session, self._plan = recorder, session, plan
+        self._sent: Sent | None = None
+        self.socket = -1
+        self.error: psycopg.Error | None = None
+        """Why sending failed, if it did."""
+
+    def started(self, sent: Sent) -> None:
+        self._sent, self.socket = sent, sent.socket
+
+    def flush(self) -> bool:
+        """Hands what it can of the append to the socket; True once all of it has gone."""
+        assert self._sent is not None
+        return self._sent.flush()
+
+    def poll(self) -> Appended | None:
+        """The append's answer once it has come, else None; raises `psycopg.Error` on failure."""
+        assert self._sent is not None
+        results = self._sent.poll()
+        return None if results is None else self._plan.appended(self._session.pipeline, results)
+
+    def close(self) -> None:
+        self._session.close()
+
+    def failed(self, error: BaseException) -> Appended:
+        """As `append` does after an error: closes the session, raises the conflict or the store's
+        error, or returns the append if its answer was lost but it committed. Any error that is
+        not the server's (e.g. reading an answer that had come) leaves the outcome unsure.
+        Blocking (a lost answer is looked for up to RESOLVE_FOR): call it on a thread."""
+        if not isinstance(error, psycopg.Error):
+            error = psycopg.OperationalError(f"{type(error).__name__}: {error}")
+        session = self._session
+        return self._recorder._failed(error, session.conn, session.name, session.close, self._plan)

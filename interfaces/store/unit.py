@@ -104,10 +104,20 @@ class Batch:
         """Each controlled queue's load as this batch took it (once per queue), and whether read fresh."""
 
 
-class Unit:
-    """One command's view of the batch; undoes its own changes if the command is refused."""
+class WouldRead(Exception):
+    """A unit that may not read the store was about to: its command is for the writer thread."""
 
-    def __init__(self, reads: Reads, batch: Batch, now: datetime, source: ReadSource) -> None:
+
+class Unit:
+    """One command's view of the batch; undoes its own changes if the command is refused.
+
+    A unit made with `may_read=False` (a batch committed from an event loop, docs/adr/0034) reads
+    only its caller's copies, the cache and the batch: where it would read the store (or wait for
+    a read ahead), it raises `WouldRead` instead."""
+
+    def __init__(self, reads: Reads, batch: Batch, now: datetime, source: ReadSource, *,
+                 may_read: bool = True) -> None:
+        self._may_read = may_read
         self._reads = reads
         self._batch = batch
         self._source = source
@@ -132,6 +142,7 @@ class Unit:
             if not (fresh and stale_suspect):
                 return aggregate  # type: ignore[return-value]
             # "fresh": the latest committed state, unless this batch already changed it
+            self._check_may_read()
             self._batch.cached.discard(aggregate_id)
             reloaded = self._reads.load(cls, aggregate_id)
             if reloaded is None:
@@ -160,7 +171,12 @@ class Unit:
             cached = self._reads.cache.get(cls, aggregate_id)
             if cached is not None:
                 return cached, True
+        self._check_may_read()
         return self._reads.load(cls, aggregate_id), False  # type: ignore[return-value]
+
+    def _check_may_read(self) -> None:
+        if not self._may_read:
+            raise WouldRead("this command reads the store")
 
     def add(self, aggregate: Aggregate) -> None:
         if aggregate.id not in self._batch.aggregates:
@@ -170,6 +186,7 @@ class Unit:
     def claimable(self, endpoint_id: str, queues: Sequence[str], limit: int) -> list[UUID]:
         """Candidates read once per batch (commands of one batch see each other's claims), less
         those a command of the batch has changed into a todo not claimable now."""
+        self._check_may_read()  # candidates are read, or waited for
         key = (endpoint_id, tuple(queues))
         want = limit + len(self._batch.aggregates)
         fresh = self._source.fresh
@@ -208,6 +225,8 @@ class Unit:
         fresh = fresh or self._source.fresh
         taken = self._batch.loads.get(key)
         if taken is None or (fresh and not taken[1]):
+            if not self._may_read and (fresh or self._reads.queue_loads.known(key, self.now) is None):
+                raise WouldRead("this command reads a queue's load")
             taken = self._batch.loads[key] = (self._reads.queue_loads.get(key, self.now, fresh=fresh), fresh)
         committed = taken[0]
         ours = [e.timestamp for a in self._batch.aggregates.values() for e in a.pending_events

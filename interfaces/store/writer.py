@@ -20,6 +20,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from eventsourcing.persistence import IntegrityError, PersistenceError
@@ -33,7 +34,7 @@ from interfaces.store.cache import AggregateCache
 from interfaces.store.candidates import CandidatePrefetch
 from interfaces.store.database import POOL_WAIT, first_line
 from interfaces.store.queues import LoadMove, load_moves
-from interfaces.store.unit import FRESH, Batch, Reads, ReadSource, Unit
+from interfaces.store.unit import FRESH, Batch, Reads, ReadSource, Unit, WouldRead
 
 log = logging.getLogger("switchboard.store")
 T = TypeVar("T")
@@ -77,6 +78,15 @@ class Outcome:
                 return False
             self._state = _TAKEN
             return True
+
+    def taken(self) -> bool:
+        return self._state == _TAKEN
+
+    def untake(self) -> None:
+        """A job taken into an event loop's batch goes back to waiting (for the writer thread)."""
+        with _TRANSITIONS:
+            if self._state == _TAKEN:
+                self._state = _PENDING
 
     def cancel(self) -> bool:
         """The caller withdraws a job the writer has not taken."""
@@ -185,8 +195,10 @@ class _Run:
 class Writer:
     """Runs command handlers in batches on one thread; each caller waits for its own outcome."""
 
-    def __init__(self, append: Append, reads: Reads, clock: Clock) -> None:
+    def __init__(self, append: Append, reads: Reads, clock: Clock, loop_appends: LoopAppends | None = None) -> None:
         self._append = append
+        self._loop_appends = loop_appends
+        self._on_loops: dict[asyncio.AbstractEventLoop, LoopBatches] = {}
         self._reads = reads
         self._cache: AggregateCache = reads.cache
         self._prefetch: CandidatePrefetch = reads.prefetch
@@ -219,7 +231,17 @@ class Writer:
         (the writer settles its future with one `call_soon_threadsafe`)."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        job = self._submit(Job(handler, source, (loop, future)))
+        job = Job(handler, source, (loop, future))
+        if self._loop_appends is not None and source.copies and not self.down and not self._closed:
+            # decided on its caller's copies: it reads nothing, so its batch can be this loop's
+            batches = self._on_loops.get(loop)
+            if batches is None:
+                for gone in [other for other in self._on_loops if other.is_closed()]:
+                    self._on_loops.pop(gone).close()
+                batches = self._on_loops[loop] = LoopBatches(self, loop, self._loop_appends)
+            batches.submit(job)
+        else:
+            self._submit(job)
         started = time.monotonic()
 
         def check() -> None:  # as `run` does, every POOL_WAIT / 4
@@ -255,13 +277,37 @@ class Writer:
         self.jobs.put(job)
         return job
 
+    def hand_over(self, job: Job, *, fresh: bool = False) -> None:
+        """A job an event loop's batch took goes to the writer thread (it reads the store, its
+        refusal is confirmed on fresh state, or its batch did not commit); `fresh`: it is run on
+        the latest committed state, not on its caller's copies (one was stale)."""
+        if job.future.done():
+            return  # answered already (never run twice)
+        if fresh:
+            job.source = FRESH
+        job.future.untake()
+        try:
+            self._submit(job)
+        except StoreUnavailable as error:
+            job.future.set_exception(error)
+
     def subscribe(self, listener: Callable[[list[Recorded]], None]) -> None:
-        """Calls `listener` on the writer thread after each commit; it must be quick."""
+        """Calls `listener` after each commit, on the writer thread or on the event loop whose batch
+        it was (docs/adr/0034); it must be quick and safe from any thread."""
         self._listeners.append(listener)
 
     def stop(self) -> None:
         """Ends the thread once the jobs already queued are answered (waits up to 5 s)."""
         self._closed = True
+        try:
+            current = asyncio.get_running_loop()
+        except RuntimeError:
+            current = None
+        for loop, batches in list(self._on_loops.items()):
+            if loop is not current and loop.is_running() and not loop.is_closed():
+                loop.call_soon_threadsafe(batches.close)  # on its loop, which watches its socket
+            else:  # on this very loop, or nobody awaits its batches any more
+                batches.close()
         if self._thread is not None:
             self.jobs.put(None)
             self._thread.join(timeout=5)
@@ -329,13 +375,19 @@ class Writer:
             self._handle(run, job, attempt)
         self._finish(run, attempt)
 
-    def _handle(self, run: _Run, job: Job, attempt: int) -> None:
+    def _handle(self, run: _Run, job: Job, attempt: int, *, on_loop: bool = False) -> None:
         """Runs one job's handler into the batch: a job that succeeds is answered once the batch
-        commits; a refusal decided on fresh state, or an error, at once."""
+        commits; a refusal decided on fresh state, or an error, at once. `on_loop`: an event loop's
+        batch, whose handlers may not read the store (one that would goes to the writer thread)."""
         run.jobs.append(job)
-        unit = Unit(self._reads, run.batch, self._clock.now(), FRESH if attempt > 0 else job.source)
+        unit = Unit(self._reads, run.batch, self._clock.now(), FRESH if attempt > 0 else job.source,
+                    may_read=not on_loop)
         try:
             result = job.handler(unit)
+        except WouldRead:
+            unit.rollback()
+            run.jobs.pop()
+            self.hand_over(job)
         except DomainError as error:
             unit.rollback()
             if unit.used_cache:
@@ -431,6 +483,17 @@ class Writer:
         job.future.set_exception(RetryLimitExceeded("gave up after repeated concurrent updates; try again"))
 
     def _commit(self, batch: Batch) -> list[Recorded]:
+        events, moves, wanted = self._collect(batch)
+        if not events:
+            if wanted:  # nothing to commit: a plain read
+                batch.payloads.fill(self._reads.payloads(wanted))
+            return []
+        self._prefetch.read_ahead(batch.candidates, events)
+        positions, payloads = self._append(events, wanted)
+        return self._committed(batch, events, moves, wanted, positions, payloads)
+
+    def _collect(self, batch: Batch) -> tuple[list[DomainEvent], list[LoadMove], list[str]]:
+        """A batch's events, what they do to the controlled queues' loads, the payloads its answers show."""
         events: list[DomainEvent] = []
         moves: list[LoadMove] = []  # what this commit does to the controlled queues' loads
         tracking = self._reads.queue_loads.tracking
@@ -439,13 +502,11 @@ class Writer:
             events.extend(collected)
             if tracking and isinstance(aggregate, Todo):
                 moves += load_moves(aggregate, collected)
-        wanted = list(batch.payloads.wanted)
-        if not events:
-            if wanted:  # nothing to commit: a plain read
-                batch.payloads.fill(self._reads.payloads(wanted))
-            return []
-        self._prefetch.read_ahead(batch.candidates, events)
-        positions, payloads = self._append(events, wanted)
+        return events, moves, list(batch.payloads.wanted)
+
+    def _committed(self, batch: Batch, events: list[DomainEvent], moves: list[LoadMove], wanted: list[str],
+                   positions: Sequence[int] | None, payloads: Mapping[str, StoredPayload]) -> list[Recorded]:
+        """What a commit leaves this process knowing: the payloads read, the queues' loads, the copies."""
         if wanted:
             batch.payloads.fill(payloads)
         if moves:
@@ -461,3 +522,261 @@ class Writer:
                 listener(recorded)
             except Exception:  # a listener's bug must not fail committed commands
                 log.exception("commit listener failed")
+
+
+@dataclass(frozen=True)
+class LoopAppends:
+    """How an event loop's batches reach the store (PostgreSQL only): a session of their own,
+    opened on a thread, and an append sent on it whose answer is read when it comes."""
+
+    open_session: Callable[[], Any]
+    send: Callable[[Any, list[DomainEvent], Sequence[str]], Any]
+
+
+class LoopBatches:
+    """The batches of the commands awaited on one event loop, committed from that loop
+    (docs/adr/0034).
+
+    A command decided on its caller's copies (an ingest delivery, ADR 31) reads nothing: its
+    handler, its batch's append and the answers all run on the loop that awaits it, and the
+    append's round trip is awaited as the loop awaits a socket (the session is non-blocking:
+    nothing here waits). No thread takes the command or hands its answer back, and nothing
+    competes with the loop for the GIL to do so. The commands that come while a batch commits
+    form the next one, sent as soon as its answer has come.
+
+    What is not plain goes to the writer thread (`Writer.hand_over`), which has every rule for
+    it: a handler that would read the store (`WouldRead`), a refusal to confirm on fresh state or
+    a batch that lost a race (both run again there on fresh state), events that cannot be written,
+    and every command while this loop has no session (the first ones, and after a failure, while
+    one is opened on a thread). A batch whose append failed because the store did is answered 503
+    as the thread's would be; one whose answer was lost is looked for on a thread, as the thread's
+    is (ADR 14): its commands get their true answer, or are told the outcome is unknown. The
+    thread's batches and the loop's commit on two sessions; the table lock orders their events as
+    it orders several processes'.
+    """
+
+    def __init__(self, writer: Writer, loop: asyncio.AbstractEventLoop, appends: LoopAppends) -> None:
+        self._writer = writer
+        self._loop = loop
+        self._appends = appends
+        self._pending: list[Job] = []
+        self._session: Any = None
+        self._opening = False
+        self._busy = False  # a batch is on its way (or what became of it is being learned)
+        self._scheduled = False
+        self._closed = False
+        self._in_flight: tuple[_Run, Any] | None = None  # the batch whose answer is awaited, its append
+
+    def submit(self, job: Job) -> None:
+        self._pending.append(job)
+        self._schedule()
+
+    def close(self) -> None:
+        """On the loop: the session closes; a batch on its way is answered as unknown, and the
+        commands not sent go to the writer thread (which answers them, or says the store closed)."""
+        self._closed = True
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            run, appending = in_flight
+            self._unwatch(appending)
+            self._settle_all(run, CommitOutcomeUnknown("store closed: whether this was stored is unknown"))
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
+        self._schedule()
+
+    def _schedule(self) -> None:
+        # call_soon, not at once: the commands submitted in this turn of the loop join the batch,
+        # and the answers just settled go out before the next batch is built
+        if not self._busy and not self._scheduled and self._pending:
+            self._scheduled = True
+            self._loop.call_soon(self._start)
+
+    def _start(self) -> None:
+        self._scheduled = False
+        if self._busy or not self._pending:
+            return
+        writer = self._writer
+        if self._closed or self._session is None or not self._session.sound():
+            if self._session is not None:
+                self._session.close()
+                self._session = None
+            self._open()
+            jobs, self._pending = self._pending, []
+            for job in jobs:
+                writer.hand_over(job)
+            return
+        jobs, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+        run = _Run()
+        try:
+            self._send(run, jobs)
+        except BaseException as error:  # never leave a command unanswered (the thread's `_loop` does the same)
+            self._broken(run, jobs, error)  # `jobs`: those not reached yet
+        self._schedule()
+
+    def _open(self) -> None:
+        if self._opening or self._closed:
+            return
+        self._opening = True
+        self._loop.run_in_executor(None, self._appends.open_session).add_done_callback(self._opened)
+
+    def _opened(self, opening: asyncio.Future) -> None:
+        self._opening = False
+        if opening.cancelled():
+            return
+        error = opening.exception()
+        if error is not None:  # the writer thread's batches meanwhile; tried again at the next command
+            log.debug("writer: the event loop's session did not open: %s", first_line(error))
+        elif self._closed:
+            opening.result().close()
+        else:
+            self._session = opening.result()
+
+    def _send(self, run: _Run, jobs: list[Job]) -> None:
+        writer = self._writer
+        while jobs:
+            job = jobs.pop(0)
+            if job.future.take():
+                writer._handle(run, job, 0, on_loop=True)
+        for job in run.recheck:  # a refusal read from a copy: confirmed on fresh state
+            writer.hand_over(job, fresh=True)
+        if not run.done:
+            return
+        appending = None
+        try:
+            events, moves, wanted = writer._collect(run.batch)
+            if not events and wanted:  # a plain read of payloads
+                raise WouldRead("the answers show stored payloads")
+            if events:
+                writer._prefetch.read_ahead(run.batch.candidates, events)
+                appending = self._appends.send(self._session, events, wanted)
+        except Exception:  # a prune that reads first, a value that cannot be sent: nothing committed
+            if self._session is not None and self._session.conn.closed:
+                self._session = None
+            writer._unsettled(run.batch)
+            for job, _ in run.done:
+                writer.hand_over(job)
+            return
+        if appending is None:  # nothing to commit
+            self._answer(run, [])
+            return
+        self._busy = True
+        if appending.error is not None:
+            self._failed(run, events, moves, wanted, appending, appending.error)
+            return
+        self._in_flight = (run, appending)
+        self._loop.add_reader(appending.socket, self._guarded, self._readable, run, events, moves, wanted, appending)
+        if not appending.flush():  # the rest goes as the socket takes it
+            self._loop.add_writer(appending.socket, self._guarded, self._writable, run, events, moves, wanted,
+                                  appending)
+
+    def _guarded(self, step: Callable[..., None], run: _Run, *args: Any) -> None:
+        try:
+            step(run, *args)
+        except BaseException as error:
+            self._broken(run, [], error)
+
+    def _writable(self, run: _Run, events: list[DomainEvent], moves: list[LoadMove], wanted: list[str],
+                  appending: Any) -> None:
+        try:
+            flushed = appending.flush()
+        except Exception as error:
+            self._unwatch(appending)
+            self._failed(run, events, moves, wanted, appending, error)
+            return
+        if flushed:
+            self._loop.remove_writer(appending.socket)
+
+    def _readable(self, run: _Run, events: list[DomainEvent], moves: list[LoadMove], wanted: list[str],
+                  appending: Any) -> None:
+        try:
+            appended = appending.poll()
+        except Exception as error:  # the server's refusal, a lost connection, an answer not read
+            self._unwatch(appending)
+            self._failed(run, events, moves, wanted, appending, error)
+            return
+        if appended is not None:
+            self._unwatch(appending)
+            self._committed(run, events, moves, wanted, appended)
+
+    def _unwatch(self, appending: Any) -> None:
+        self._in_flight = None
+        self._loop.remove_reader(appending.socket)
+        self._loop.remove_writer(appending.socket)
+
+    def _failed(self, run: _Run, events: list[DomainEvent], moves: list[LoadMove], wanted: list[str],
+                appending: Any, error: BaseException) -> None:
+        """The session is done with; what became of the batch is learned on a thread (a lost
+        answer is looked for up to RESOLVE_FOR, as the writer thread would)."""
+        self._session = None
+        if self._closed:  # the store is closing: its threads are going
+            appending.close()
+            self._settle_all(run, CommitOutcomeUnknown("store closed: whether this was stored is unknown"))
+            return
+        learning = self._loop.run_in_executor(None, appending.failed, error)
+        learning.add_done_callback(lambda learnt: self._guarded(self._learnt, run, learnt, events, moves, wanted))
+
+    def _learnt(self, run: _Run, learnt: asyncio.Future, events: list[DomainEvent], moves: list[LoadMove],
+                wanted: list[str]) -> None:
+        error = learnt.exception()
+        if error is None:  # its answer was lost, and it had committed
+            self._committed(run, events, moves, wanted, learnt.result())
+            return
+        # nothing was stored (or whether it was is unknown): answered as the writer thread's
+        # `_finish` answers its own batch
+        writer = self._writer
+        writer._unsettled(run.batch)
+        if isinstance(error, CommitOutcomeUnknown):
+            self._settle_all(run, error)
+        elif isinstance(error, (PersistenceError, StoreUnavailable)) and not isinstance(error, IntegrityError):
+            writer.store_down(error)
+            self._settle_all(run, StoreUnavailable(f"store unavailable: {error}"))
+        else:  # a lost race: run again on fresh state; events that cannot be written: one by one
+            self._busy = False
+            for job, _ in run.done:
+                writer.hand_over(job, fresh=isinstance(error, IntegrityError))
+            self._schedule()
+
+    def _committed(self, run: _Run, events: list[DomainEvent], moves: list[LoadMove], wanted: list[str],
+                   appended: tuple[Sequence[int] | None, Mapping[str, StoredPayload]]) -> None:
+        writer = self._writer
+        recorded = writer._committed(run.batch, events, moves, wanted, *appended)
+        # what the writer thread read ahead while this batch was on its way may miss its todos
+        writer._prefetch.read_ahead((), events)
+        writer._store_up()
+        self._answer(run, recorded)
+
+    def _answer(self, run: _Run, recorded: list[Recorded]) -> None:
+        self._busy = False
+        for job, result in run.done:
+            waiter = job.future.resolve(result)
+            if waiter is not None and not waiter[1].done():
+                waiter[1].set_result(job.future)
+        self._schedule()
+        self._writer._announce(recorded)
+
+    def _settle_all(self, run: _Run, error: BaseException) -> None:
+        self._busy = False
+        for job, _ in run.done:
+            if not job.future.done():
+                job.future.set_exception(error)
+        self._schedule()
+
+    def _broken(self, run: _Run, jobs: list[Job], error: BaseException) -> None:
+        """A bug of ours in a step: the commands taken are answered with it, as the writer thread's
+        `_loop` answers them, and the next batch starts on a new session."""
+        log.error("writer: an event loop's batch failed", exc_info=error)
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            self._unwatch(in_flight[1])
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
+        self._writer._unsettled(run.batch)
+        self._busy = False
+        for job in run.jobs:
+            if job.future.taken():  # not answered, nor handed to the thread
+                job.future.set_exception(error)
+        for job in jobs:  # not taken yet
+            self._writer.hand_over(job)
+        self._schedule()

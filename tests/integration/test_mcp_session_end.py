@@ -77,3 +77,16 @@ def test_the_guard_passes_the_202_and_lets_the_handled_error_out():
     assert isinstance(raised, anyio.ClosedResourceError)
     assert sent == [("http.response.start", 202), ("http.response.body", None)]
     assert guard.completed
+
+
+def test_the_sdks_traceback_for_the_handled_race_stays_out_of_the_log(caplog):
+    import logging
+
+    sent: list[tuple[str, int | None]] = []
+    with caplog.at_level(logging.INFO, logger="mcp.server.streamable_http"):
+        raised = anyio.run(post_to_an_ended_session, AnsweredOnce(uvicorn_like(sent)))
+    assert isinstance(raised, anyio.ClosedResourceError)
+    records = [r for r in caplog.records if r.name == "mcp.server.streamable_http"]
+    assert records, "the SDK logged nothing: this test checks nothing"
+    assert all(r.levelno == logging.INFO and r.exc_info is None for r in records), records
+    assert "handled" in records[0].getMessage()

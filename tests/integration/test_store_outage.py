@@ -176,6 +176,30 @@ def test_a_commit_whose_answer_is_lost_is_answered_as_stored(outage):
     assert again.status_code == 202, again.text
 
 
+def test_a_commit_from_the_event_loop_whose_answer_is_lost_is_answered_as_stored(outage):
+    """Deliveries decided on kept copies commit from the event loop on a session of its own
+    (docs/adr/0034); its lost answer is looked for as the writer thread's is."""
+    loop_session = "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'switchboard-writer-loop-%%'"
+    deadline = time.monotonic() + 10
+    while outage.stored(f"SELECT count(*) FROM ({loop_session}) s") == 0:  # the first deliveries open it
+        assert outage.deliver("warm").status_code == 202
+        assert time.monotonic() < deadline, "the event loop never opened its writer session"
+        time.sleep(0.05)
+    pid = outage.stored(loop_session)
+    before = outage.deliveries()
+    outage.proxy.arm("after_commit")
+    answer = outage.deliver("lost-on-the-loop")
+    assert outage.proxy.cuts == 1, "the proxy never cut a commit's answer: this test checks nothing"
+    assert answer.status_code == 202, answer.text
+    [todo] = answer.json()["todos"]
+    assert todo["created"] is True
+    assert outage.deliveries() == before + 1
+    assert outage.stored("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)) == 0  # it was the loop's
+    assert outage.container.app.get_todo(todo["id"], caller=CLI)["state"] == "pending"
+    again = outage.deliver("next")  # the next ones go on (the thread's, until the loop has a session again)
+    assert again.status_code == 202, again.text
+
+
 def test_a_completion_whose_answer_is_lost_is_answered_as_completed(outage):
     pushed = outage.container.app.push(outage.endpoint["slug"], "finish me", caller=CLI)
 
