@@ -44,8 +44,11 @@ NAV = ["Todos", "Quarantine", "Endpoints", "Webhooks", "Deliveries"]
 def api(board) -> Iterator[httpx.Client]:
     """The operator API as admin, with a bearer token minted by the CLI."""
     token = board.cli.json("operator", "token", "admin")["token"]
+    # idle connections dropped after 2 s, before uvicorn's 5 s keep-alive timeout: a request sent on
+    # a connection the server is closing at that moment fails ("Server disconnected"), and the
+    # browser steps between two API calls can take about that long
     with httpx.Client(base_url=f"{board.base}/api/v1", headers={"authorization": f"Bearer {token}"},
-                      timeout=30) as client:
+                      timeout=30, limits=httpx.Limits(keepalive_expiry=2)) as client:
         yield client
 
 

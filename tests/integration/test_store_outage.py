@@ -161,19 +161,26 @@ def test_an_outage_is_answered_at_once_stores_nothing_and_ends_without_a_restart
     assert sorted(gone) == sorted(back), log  # every loop that said so once, said it was back once
 
 
-def test_a_commit_whose_answer_is_lost_is_answered_as_stored(outage):
-    before = outage.deliveries()
+def deliver_with_its_answer_lost(outage: Outage, label: str) -> None:
+    """The proxy cuts the next append's answer after its COMMIT: the delivery is answered 202 as
+    stored, stored once, and the server goes on."""
+    opened = "SELECT count(*) FROM stored_events WHERE topic LIKE '%%TodoOpened'"
+    before, todos_before = outage.deliveries(), outage.stored(opened)
     outage.proxy.arm("after_commit")
-    answer = outage.deliver("lost-answer")
+    answer = outage.deliver(label)
     assert outage.proxy.cuts == 1, "the proxy never cut a commit's answer: this test checks nothing"
     assert answer.status_code == 202, answer.text
     [todo] = answer.json()["todos"]
     assert todo["created"] is True
     assert outage.deliveries() == before + 1
-    assert outage.stored("SELECT count(*) FROM stored_events WHERE topic LIKE %s", ("%TodoOpened",)) == 1
+    assert outage.stored(opened) == todos_before + 1
     assert outage.container.app.get_todo(todo["id"], caller=CLI)["state"] == "pending"
     again = outage.deliver("next")  # and the writer goes on
     assert again.status_code == 202, again.text
+
+
+def test_a_commit_whose_answer_is_lost_is_answered_as_stored(outage):
+    deliver_with_its_answer_lost(outage, "lost-answer")
 
 
 def test_a_commit_from_the_event_loop_whose_answer_is_lost_is_answered_as_stored(outage):
@@ -186,18 +193,8 @@ def test_a_commit_from_the_event_loop_whose_answer_is_lost_is_answered_as_stored
         assert time.monotonic() < deadline, "the event loop never opened its writer session"
         time.sleep(0.05)
     pid = outage.stored(loop_session)
-    before = outage.deliveries()
-    outage.proxy.arm("after_commit")
-    answer = outage.deliver("lost-on-the-loop")
-    assert outage.proxy.cuts == 1, "the proxy never cut a commit's answer: this test checks nothing"
-    assert answer.status_code == 202, answer.text
-    [todo] = answer.json()["todos"]
-    assert todo["created"] is True
-    assert outage.deliveries() == before + 1
+    deliver_with_its_answer_lost(outage, "lost-on-the-loop")
     assert outage.stored("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)) == 0  # it was the loop's
-    assert outage.container.app.get_todo(todo["id"], caller=CLI)["state"] == "pending"
-    again = outage.deliver("next")  # the next ones go on (the thread's, until the loop has a session again)
-    assert again.status_code == 202, again.text
 
 
 def test_a_completion_whose_answer_is_lost_is_answered_as_completed(outage):
