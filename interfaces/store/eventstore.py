@@ -89,7 +89,7 @@ class SqlEventStore:
                 )
                 self.datastore.db = self.db
                 self.recorder = PostgresEventRecorder(self.datastore, url=url)
-                self.recorder.on_unsure = self.writer.store_down
+                self.recorder.on_unsure = self.writer.unsure
                 self.recorder.connections = self.db.connection
                 with self.db.transaction() as tx:
                     schema.create_postgres(tx, self.recorder, self.projections)
@@ -132,15 +132,15 @@ class SqlEventStore:
         (read_checks.py), the events, the payloads they name (docs/adr/0027), what a prune among
         them removes, and the inline read models' rows; then, before it commits, the
         stored payloads of `read` (what the batch's answers show), as of this very commit."""
-        stored, ops, rewritten = self._prepared(events, self.db.query)
-        positions, payloads = self.recorder.append(
-            stored, inline_ops=ops, inline_tracking=tuple(p.name for p in self.inline),
-            notify=doorbell_news(events), read=read)
+        stored, extra, rewritten = self._prepared(events, self.db.query)
+        positions, payloads = self.recorder.append(stored, read=read, **extra)
         self.cache.forget(rewritten)  # their payloads were pruned: read them again
         return positions, payloads
 
-    def _prepared(self, events: list[DomainEvent], query: Callable[..., Any]) -> tuple[list[Any], list[Any], set[Any]]:
-        """The events as stored, the ops that go with them, the aggregates a prune among them rewrites."""
+    def _prepared(self, events: list[DomainEvent],
+                  query: Callable[..., Any]) -> tuple[list[Any], dict[str, Any], set[Any]]:
+        """The events as stored, what the recorder writes with them (the ops, the tracked inline
+        models, the doorbell's news), the aggregates a prune among them rewrites."""
         stored = [self.codec.to_stored_event(e) for e in events]
         sqlite = self.url.dialect == "sqlite"
         ops = read_checks.check_ops(events, sqlite=sqlite)  # first: a moved stream fails the append (ADR 31)
@@ -148,7 +148,9 @@ class SqlEventStore:
         pruning, rewritten = blobs.retention_ops(events, query, sqlite=sqlite)
         ops += pruning
         ops += [op for p in self.inline for e in events for op in p.ops(e, None)]
-        return stored, ops, rewritten
+        extra = {"inline_ops": ops, "inline_tracking": tuple(p.name for p in self.inline),
+                 "notify": doorbell_news(events)}
+        return stored, extra, rewritten
 
     def _open_session(self) -> Session:
         return self.recorder.open_session()
@@ -157,9 +159,8 @@ class SqlEventStore:
         """`_append` sent from an event loop (docs/adr/0034): the same transaction, its answer read
         when it comes. A prune among the events reads the store first, so it raises `WouldRead`:
         such a batch is the writer thread's (then nothing is rewritten here, nothing to forget)."""
-        stored, ops, _ = self._prepared(events, _would_read)
-        return self.recorder.send(session, stored, inline_ops=ops, inline_tracking=tuple(p.name for p in self.inline),
-                                  notify=doorbell_news(events), read=read)
+        stored, extra, _ = self._prepared(events, _would_read)
+        return self.recorder.send(session, stored, read=read, **extra)
 
     # -- reads
 

@@ -39,6 +39,14 @@ from projections.base import Op
 
 log = logging.getLogger("switchboard.store")
 
+
+class NotCommitted(OperationalError):
+    """An append's session was lost with its answer, and the lookup on another connection found
+    that it had not committed (docs/adr/0014): nothing was stored, and the store answered just
+    now. A lost session, not a lost store: the writer runs the batch again rather than answer 503
+    and say the store is down (the store is up, and one of its other sessions may already have
+    said it is back)."""
+
 RESOLVE_FOR = 8.0
 """How long the writer keeps trying to learn whether a commit whose answer was lost committed
 (the database may be restarting): then the caller is told the outcome is unknown, never 503.
@@ -157,13 +165,25 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
             self._discard()
             conn = None
         if conn is None:
-            # a name of its own, so that after a lost answer this very session can be found and ended
-            name = f"switchboard-writer-{uuid4().hex[:16]}"
-            conn = psycopg.connect(self._url.conninfo(application_name=name), autocommit=True)
+            session = self._open("switchboard-writer")
+            self._local.conn, self._local.name, self._local.pipeline = session.conn, session.name, session.pipeline
+            conn = session.conn
+        return conn
+
+    def _open(self, kind: str, *, nonblocking: bool = False) -> Session:
+        """A writer session: a name of its own (`kind-<hex>`), so that after a lost answer this very
+        session can be found and ended, and the appender's plans (WRITER_PLANS)."""
+        name = f"{kind}-{uuid4().hex[:16]}"
+        conn = psycopg.connect(self._url.conninfo(application_name=name), autocommit=True)
+        try:
             for setting in WRITER_PLANS:
                 conn.execute(setting)
-            self._local.conn, self._local.name, self._local.pipeline = conn, name, Pipeline(conn)
-        return conn
+            if nonblocking:
+                conn.pgconn.nonblocking = 1
+        except BaseException:
+            conn.close()
+            raise
+        return Session(conn, name, Pipeline(conn))
 
     def _discard(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -230,23 +250,16 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
             appended = self._outcome(name, plan.columns, error, plan.wanted)
             if appended is not None:
                 return appended
+            raise NotCommitted(error) from error
         raise OperationalError(error) from error
 
     # -- an append whose answer an event loop awaits (docs/adr/0034)
 
     def open_session(self) -> Session:
         """A connection of its own for a caller on an event loop (blocking: open it on a thread),
-        named apart from the writer thread's in pg_stat_activity."""
-        name = f"switchboard-writer-loop-{uuid4().hex[:16]}"
-        conn = psycopg.connect(self._url.conninfo(application_name=name), autocommit=True)
-        try:
-            for setting in WRITER_PLANS:
-                conn.execute(setting)
-            conn.pgconn.nonblocking = 1  # its appends are sent from the loop, which never waits
-        except BaseException:
-            conn.close()
-            raise
-        return Session(conn, name, Pipeline(conn))
+        named apart from the writer thread's in pg_stat_activity, and non-blocking: its appends are
+        sent from the loop, which never waits."""
+        return self._open("switchboard-writer-loop", nonblocking=True)
 
     def send(self, session: Session, stored_events: Sequence[StoredEvent], *, read: Sequence[str] = (),
              **kwargs: Any) -> SentAppend:
@@ -340,7 +353,7 @@ class Session:
         self.conn, self.name, self.pipeline = conn, name, pipeline
 
     def sound(self) -> bool:
-        return not self.conn.closed and idle_and_sound(self.conn)
+        return idle_and_sound(self.conn)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

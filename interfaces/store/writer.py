@@ -34,6 +34,7 @@ from interfaces.store.cache import AggregateCache
 from interfaces.store.candidates import CandidatePrefetch
 from interfaces.store.database import POOL_WAIT, first_line
 from interfaces.store.queues import LoadMove, load_moves
+from interfaces.store.recorders import NotCommitted
 from interfaces.store.unit import FRESH, Batch, Reads, ReadSource, Unit, WouldRead
 
 log = logging.getLogger("switchboard.store")
@@ -212,6 +213,8 @@ class Writer:
         self._closed = False
         self.down = False
         """The last commit failed for want of the store (cleared by the next that succeeds)."""
+        self._learning = False
+        """The writer thread is learning a lost answer's outcome (blocked up to RESOLVE_FOR)."""
 
     # -- callers
 
@@ -261,10 +264,10 @@ class Writer:
         return outcome.answer()
 
     def _withdrawn(self, job: Job, started: float) -> bool:
-        """While the store is down the writer may be busy learning a lost commit's outcome: a job
-        it has not taken yet is withdrawn after POOL_WAIT (nothing of it was written: 503). One it
-        has taken gets its true answer, however long that takes."""
-        return self.down and time.monotonic() - started >= POOL_WAIT and job.future.cancel()
+        """While the store is down, or the writer thread is busy learning a lost commit's outcome,
+        a job it has not taken yet is withdrawn after POOL_WAIT (nothing of it was written: 503).
+        One it has taken gets its true answer, however long that takes."""
+        return (self.down or self._learning) and time.monotonic() - started >= POOL_WAIT and job.future.cancel()
 
     def _submit(self, job: Job) -> Job:
         if self._closed:
@@ -318,6 +321,15 @@ class Writer:
             self.down = True
             log.warning("writer: store unavailable (%s); commands are answered 503 until it is back",
                         first_line(error) if error is not None else "unknown")
+
+    def unsure(self, error: BaseException) -> None:
+        """A commit's answer was lost and its outcome is being learned (the recorder's hook). On
+        the writer thread, that thread is blocked until it is known (up to RESOLVE_FOR): the jobs
+        it has not taken are withdrawn after POOL_WAIT meanwhile. An event loop's batch learns it
+        on another thread and blocks nobody. Not the store down: it may well answer the lookup
+        (a lost session, a proxy's cut), and another session may already have said it is back."""
+        if threading.current_thread() is self._thread:
+            self._learning = True
 
     def _store_up(self) -> None:
         if self.down:
@@ -407,7 +419,7 @@ class Writer:
         if done:
             try:
                 recorded = self._commit(run.batch)
-            except IntegrityError:
+            except (IntegrityError, NotCommitted):  # a lost race, or a lost session (nothing stored)
                 self._unsettled(run.batch)
                 again = [job for job, _ in done] + recheck
                 if attempt < BATCH_RETRIES:
@@ -419,6 +431,7 @@ class Writer:
                 return
             except CommitOutcomeUnknown as error:
                 self._unsettled(run.batch)
+                self.store_down(error)
                 for job, _ in done:
                     job.future.set_exception(error)
             except (PersistenceError, StoreUnavailable) as error:
@@ -463,7 +476,7 @@ class Writer:
             batch.payloads.want(unit.payloads_wanted)
             try:
                 recorded = self._commit(batch)
-            except IntegrityError:
+            except (IntegrityError, NotCommitted):
                 self._unsettled(batch)
                 time.sleep(random.uniform(0, 0.002 * (2 ** min(attempt, 6))))
                 continue
@@ -471,6 +484,11 @@ class Writer:
                 self._unsettled(batch)
                 self.store_down(error)
                 job.future.set_exception(StoreUnavailable(f"store unavailable: {error}"))
+                return
+            except CommitOutcomeUnknown as error:
+                self._unsettled(batch)
+                self.store_down(error)
+                job.future.set_exception(error)
                 return
             except Exception as error:
                 self._unsettled(batch)
@@ -489,7 +507,10 @@ class Writer:
                 batch.payloads.fill(self._reads.payloads(wanted))
             return []
         self._prefetch.read_ahead(batch.candidates, events)
-        positions, payloads = self._append(events, wanted)
+        try:
+            positions, payloads = self._append(events, wanted)
+        finally:
+            self._learning = False
         return self._committed(batch, events, moves, wanted, positions, payloads)
 
     def _collect(self, batch: Batch) -> tuple[list[DomainEvent], list[LoadMove], list[str]]:
@@ -550,7 +571,8 @@ class LoopBatches:
     and every command while this loop has no session (the first ones, and after a failure, while
     one is opened on a thread). A batch whose append failed because the store did is answered 503
     as the thread's would be; one whose answer was lost is looked for on a thread, as the thread's
-    is (ADR 14): its commands get their true answer, or are told the outcome is unknown. The
+    is (ADR 14): its commands get their true answer, run again on the writer thread if it had not
+    committed, or are told the outcome is unknown (its new commands go to the thread meanwhile). The
     thread's batches and the loop's commit on two sessions; the table lock orders their events as
     it orders several processes'.
     """
@@ -563,11 +585,15 @@ class LoopBatches:
         self._session: Any = None
         self._opening = False
         self._busy = False  # a batch is on its way (or what became of it is being learned)
+        self._learning = False  # what became of it is being learned (up to RESOLVE_FOR)
         self._scheduled = False
         self._closed = False
         self._in_flight: tuple[_Run, Any] | None = None  # the batch whose answer is awaited, its append
 
     def submit(self, job: Job) -> None:
+        if self._learning:  # nobody waits behind a lookup: the writer thread has sessions of its own
+            self._writer.hand_over(job)
+            return
         self._pending.append(job)
         self._schedule()
 
@@ -713,11 +739,16 @@ class LoopBatches:
             appending.close()
             self._settle_all(run, CommitOutcomeUnknown("store closed: whether this was stored is unknown"))
             return
+        self._learning = True
+        pending, self._pending = self._pending, []
+        for job in pending:
+            self._writer.hand_over(job)
         learning = self._loop.run_in_executor(None, appending.failed, error)
         learning.add_done_callback(lambda learnt: self._guarded(self._learnt, run, learnt, events, moves, wanted))
 
     def _learnt(self, run: _Run, learnt: asyncio.Future, events: list[DomainEvent], moves: list[LoadMove],
                 wanted: list[str]) -> None:
+        self._learning = False
         error = learnt.exception()
         if error is None:  # its answer was lost, and it had committed
             self._committed(run, events, moves, wanted, learnt.result())
@@ -726,15 +757,17 @@ class LoopBatches:
         # `_finish` answers its own batch
         writer = self._writer
         writer._unsettled(run.batch)
+        again = isinstance(error, (IntegrityError, NotCommitted))  # a lost race, a lost session
         if isinstance(error, CommitOutcomeUnknown):
+            writer.store_down(error)
             self._settle_all(run, error)
-        elif isinstance(error, (PersistenceError, StoreUnavailable)) and not isinstance(error, IntegrityError):
+        elif isinstance(error, (PersistenceError, StoreUnavailable)) and not again:
             writer.store_down(error)
             self._settle_all(run, StoreUnavailable(f"store unavailable: {error}"))
-        else:  # a lost race: run again on fresh state; events that cannot be written: one by one
+        else:  # run again on fresh state; events that cannot be written: one by one
             self._busy = False
             for job, _ in run.done:
-                writer.hand_over(job, fresh=isinstance(error, IntegrityError))
+                writer.hand_over(job, fresh=again)
             self._schedule()
 
     def _committed(self, run: _Run, events: list[DomainEvent], moves: list[LoadMove], wanted: list[str],
@@ -773,7 +806,7 @@ class LoopBatches:
         if session is not None:
             session.close()
         self._writer._unsettled(run.batch)
-        self._busy = False
+        self._busy = self._learning = False
         for job in run.jobs:
             if job.future.taken():  # not answered, nor handed to the thread
                 job.future.set_exception(error)

@@ -60,6 +60,7 @@ class _Link:
                     if mode in ("after_commit", "then_refuse"):
                         self.cut_on_commit = mode
                     elif mode is not None and mode[0] == "hold":
+                        self.proxy.cuts += 1
                         _close(self.client)
                         time.sleep(mode[1])
                         with contextlib.suppress(OSError):
