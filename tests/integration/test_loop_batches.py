@@ -191,3 +191,56 @@ def test_a_large_batch_waiting_for_the_log_lock_never_blocks_the_loop(pg_url, ma
     ticks, answer = asyncio.run(main())
     assert ticks >= 20, ticks  # the loop ran on while its batch waited for the lock (a blocked loop: 1)
     assert container.app.get_todo(answer, caller=CLI)["title"] == "big"
+
+
+@pytest.mark.postgres
+def test_commands_that_come_while_a_batch_is_on_its_way_are_decided_before_its_answer(pg_url, make_container):
+    """The loop would only wait for the batch's answer: the handlers of the commands that come
+    meanwhile run at once, and they go as the next batch the moment that answer comes."""
+    import psycopg
+
+    container, slug = setup(make_container, pg_url)
+    store = container.store
+    counted = Counted(store)
+    decided: list[str] = []
+
+    def noted(todo_id, title):
+        handler = opened(slug, todo_id, title)
+
+        def run(uow):
+            decided.append(title)
+            return handler(uow)
+        return run
+
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_the_lock():
+        with psycopg.connect(pg_url) as holder:
+            holder.execute("LOCK TABLE stored_events IN EXCLUSIVE MODE")
+            locked.set()
+            release.wait(10)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        await warm(store, slug)
+        before = (counted.thread_batches, counted.loop_appends)
+        holding = loop.run_in_executor(None, hold_the_lock)
+        assert await loop.run_in_executor(None, locked.wait, 10)
+        first_id = uuid4()
+        first = asyncio.ensure_future(store.run_async(noted(first_id, "first"), hints={first_id: None}))
+        await asyncio.sleep(0.1)  # sent, and waiting for the lock
+        later = [uuid4() for _ in range(3)]
+        rest = [asyncio.ensure_future(store.run_async(noted(todo_id, f"later-{i}"), hints={todo_id: None}))
+                for i, todo_id in enumerate(later)]
+        await asyncio.sleep(0.1)
+        seen = (list(decided), first.done())
+        release.set()
+        await holding
+        ids = await asyncio.wait_for(asyncio.gather(first, *rest), 30)
+        return seen, ids, before
+
+    (seen, first_done), ids, (thread_before, loop_before) = asyncio.run(main())
+    assert not first_done
+    assert seen == ["first", "later-0", "later-1", "later-2"]  # decided while the first waited
+    assert counted.loop_appends == loop_before + 2 and counted.thread_batches == thread_before
+    assert [container.app.get_todo(i, caller=CLI)["title"] for i in ids] == ["first"] + [f"later-{i}" for i in range(3)]

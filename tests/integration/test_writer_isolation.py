@@ -170,3 +170,36 @@ def test_a_filling_batch_stops_waiting_once_no_command_has_come_for_a_gap(store_
     app.push(slug, "alone", caller=CLI, payload={"n": 1})
     waited = time.monotonic() - started
     assert waited < 2.5, f"a lone command waited {waited:.2f} s for its batch to fill (LINGER is 5 s)"
+
+
+def test_an_outage_its_sessions_see_apart_is_one_outage_in_the_log(store_url, make_container, monkeypatch, caplog):
+    """The writer thread's session and an event loop's fail and come back apart (a cluster short
+    of connections lets one connect and not the other: four "writer" lines for one outage in the
+    fault suite). The log says the store went once, and that it is back once commits have gone
+    SETTLE s without a failure, with no command needed after them (the idle thread says it)."""
+    from application import background
+    from application.errors import StoreUnavailable
+    from interfaces.store import writer as writer_module
+
+    monkeypatch.setattr(background, "SETTLE", 0.3)
+    monkeypatch.setattr(writer_module, "SETTLE", 0.3)
+    held_writer = HeldWriter(store_url, make_container, "writer-outage")
+    app, store, slug = held_writer.app, held_writer.store, held_writer.slug
+    writer = store.writer
+    assert app.push(slug, "before", caller=CLI)["created"] is True  # the thread runs, then waits for jobs
+    caplog.set_level("WARNING", logger="switchboard.store")
+    too_many = StoreUnavailable('FATAL: too many connections for role "sb"')
+    # as the loop's batches report, from another thread than the writer's
+    for _ in range(3):
+        writer.store_down(too_many)
+        assert writer.down  # each failure still answers 503 at once
+        writer._store_up()
+        assert not writer.down
+    time.sleep(1.0)  # idle: no command after the last commit
+    assert [r.getMessage() for r in caplog.records] == [
+        'writer: store unavailable (FATAL: too many connections for role "sb"); commands are answered 503 until'
+        " it is back",
+        "writer: store is back",
+    ]
+    assert app.push(slug, "after", caller=CLI)["created"] is True
+    assert len(caplog.records) == 2
