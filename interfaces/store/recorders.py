@@ -47,6 +47,7 @@ class NotCommitted(OperationalError):
     and say the store is down (the store is up, and one of its other sessions may already have
     said it is back)."""
 
+
 RESOLVE_FOR = 8.0
 """How long the writer keeps trying to learn whether a commit whose answer was lost committed
 (the database may be restarting): then the caller is told the outcome is unknown, never 503.

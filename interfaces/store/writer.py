@@ -140,6 +140,11 @@ class Outcome:
         return self.answer()
 
 
+RUN_AGAIN = (IntegrityError, NotCommitted)
+"""An append that failed with these stored nothing and the store is up (a lost race, a lost
+session whose lookup found nothing of it): its batch runs again on fresh state, on the writer
+thread (its own batches, and those an event loop hands it)."""
+
 _NUDGE: Any = object()
 """Put on the writer's queue to wake its idle thread (`Writer.store_down` from an event loop)."""
 
@@ -326,12 +331,12 @@ class Writer:
             self.jobs.put(None)
             self._thread.join(timeout=5)
 
-    def store_down(self, error: BaseException | None = None) -> None:
+    def store_down(self, error: BaseException) -> None:
         """Marks the store unavailable (one log line per outage)."""
         self.down = True
         with self._outage_lock:
             began = not self._outage.down
-            self._outage.failed(error if error is not None else StoreUnavailable("unknown"))
+            self._outage.failed(error)
         if began and self._thread is not None and threading.current_thread() is not self._thread:
             self.jobs.put(_NUDGE)  # an idle thread waits for jobs with no end: now with SETTLE's
 
@@ -440,7 +445,7 @@ class Writer:
         if done:
             try:
                 recorded = self._commit(run.batch)
-            except (IntegrityError, NotCommitted):  # a lost race, or a lost session (nothing stored)
+            except RUN_AGAIN:
                 self._unsettled(run.batch)
                 again = [job for job, _ in done] + recheck
                 if attempt < BATCH_RETRIES:
@@ -497,7 +502,7 @@ class Writer:
             batch.payloads.want(unit.payloads_wanted)
             try:
                 recorded = self._commit(batch)
-            except (IntegrityError, NotCommitted):
+            except RUN_AGAIN:
                 self._unsettled(batch)
                 time.sleep(random.uniform(0, 0.002 * (2 ** min(attempt, 6))))
                 continue
@@ -815,7 +820,7 @@ class LoopBatches:
         # `_finish` answers its own batch
         writer = self._writer
         writer._unsettled(run.batch)
-        again = isinstance(error, (IntegrityError, NotCommitted))  # a lost race, a lost session
+        again = isinstance(error, RUN_AGAIN)
         if isinstance(error, CommitOutcomeUnknown):
             writer.store_down(error)
             self._settle_all(run, error)
