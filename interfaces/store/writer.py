@@ -777,9 +777,9 @@ class LoopBatches:
         never to fire: its session's server process was gone, the socket open, libpq's connection
         still OK, and the batch (with every command after it) waited for ever. The socket was then
         readable but gone from the interest list of uvloop's epoll (seen in /proc in 5 hangs);
-        asyncio's own loop never hung (0 in 16 runs against 5 in 24 on uvloop, the check off):
-        uvloop's or libuv's removal of an earlier socket with the same number, which sessions reuse
-        as they are lost and reopened on threads (docs/adr/0034, session 19). The check finds the
+        asyncio's own loop never hung (0 in 16 runs against 5 in 24 on uvloop, the check off).
+        Likely, not proven: uvloop's or libuv's removal of an earlier socket with the same number,
+        which sessions reuse as they are lost and reopened on threads (docs/adr/0034, session 19). The check finds the
         session's end, and the batch's outcome is learned as any lost answer's is; 2 batches in 5
         runs were ended by it, and none hung (8 of 8 runs, against 3 hangs in 8 before)."""
         if self._in_flight is None or self._in_flight[1] is not appending:
