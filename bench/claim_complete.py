@@ -26,8 +26,9 @@ Each drain also prints the CPU it used per todo: this process (all its threads),
 processes, and the PostgreSQL backends of its database (`CpuMeter`), and of the process's part, the
 store's writer thread alone, the one every command waits for; on a busy machine that is steadier
 than the rates.
-`--split` times each writer batch of that round's drain instead: its size, the handlers, encoding
-and ops, the append's one round trip, and the statements it sent (`split_writer`).
+`--split` times each writer batch of round 1's drains (the single one and the batch one): its size,
+the handlers, encoding and ops, the append's one round trip, and the statements it sent
+(`BatchSplit`); batches that claimed and the others apart, as their costs differ several times.
 """
 
 from __future__ import annotations
@@ -308,6 +309,8 @@ class BatchSplit:
             if "finishing" in self._row:  # a re-run within the batch: part of its commit's time
                 return handle(run, job, attempt)
             self._row["size"] = self._row.get("size", 0) + 1
+            if "claim_next" in getattr(job.handler, "__qualname__", ""):
+                self._row["claims"] = self._row.get("claims", 0) + 1
             return timed(handle, "handlers")(run, job, attempt)
 
         def finished(run, attempt):
@@ -339,12 +342,21 @@ class BatchSplit:
     def close(self) -> None:
         self._recorders.coalesce_ops = self._coalesce
 
-    def report(self) -> None:
+    def report(self, drain: str) -> None:
         rows = [r for r in self.rows if "round trip" in r]
         if not rows:
             return
-        log(f"\n--- writer batch split (drain of round 1): {len(rows)} batches that appended,"
-            f" {statistics.mean(r['size'] for r in rows):.2f} commands each (mean) ---")
+        claimed = [r for r in rows if r.get("claims")]
+        groups = [("", rows)]
+        if claimed and len(claimed) < len(rows):
+            groups += [("batches that claimed: ", claimed), ("the others: ", [r for r in rows if not r.get("claims")])]
+        for label, group in groups:
+            self._report(f"{drain}, {label}" if label else f"{drain}: ", group)
+
+    def _report(self, title: str, rows: list[dict]) -> None:
+        log(f"\n--- writer batch split ({title}{len(rows)} batches that appended,"
+            f" {statistics.mean(r['size'] for r in rows):.2f} commands each (mean),"
+            f" {statistics.mean(r.get('claims', 0) for r in rows):.2f} of them claims) ---")
         columns = (
             ("handlers + commit", lambda r: r.get("handlers", 0.0) + r["finish"]),
             ("handlers", lambda r: r.get("handlers", 0.0)),
@@ -386,7 +398,7 @@ def switchboard_round(url: str, todos: int, workers: int, data_dir: str, *, prof
         finally:
             if splitter is not None:
                 splitter.close()
-                splitter.report()
+                splitter.report(f"round 1's drain, claim_next(max={batch})" if batch else "round 1's drain")
         events = container.store.max_position()
         if profile_dir:
             writer = container.store.writer
@@ -545,7 +557,8 @@ def main() -> int:
     parser.add_argument("--profile", metavar="DIR", help="cProfile the first Switchboard/PostgreSQL drain into DIR")
     parser.add_argument("--profile-top", type=int, default=25, help="rows of each profile table (default 25)")
     parser.add_argument("--split", action="store_true",
-                        help="time each writer batch of the first Switchboard/PostgreSQL drain (handlers, encoding, round trip)")
+                        help="time each writer batch of round 1's Switchboard/PostgreSQL drains (handlers, encoding,"
+                             " round trip), batches that claimed and the others apart")
     parser.add_argument("--quick", action="store_true",
                         help="well under a minute: 1500 todos, 2 rounds, 600 SQLite todos, 20k/6k rebuild events")
     args = parser.parse_args()
@@ -608,7 +621,8 @@ def main() -> int:
                 raw_b = raw_round(url, args.todos, args.workers, batch=args.batch)
                 dbs.drop(url)
                 url = dbs.create(f"sb_batch{r}")
-                sb_b = switchboard_round(url, args.todos, args.workers, tmp.name, batch=args.batch)
+                sb_b = switchboard_round(url, args.todos, args.workers, tmp.name, batch=args.batch,
+                                         split=args.split and r == 1)
                 dbs.drop(url)
                 ratio_b = sb_b["rate"] / raw_b["rate"] if raw_b["rate"] else 0.0
                 log(f"[round {r}] batch of {args.batch}: switchboard/pg {sb_b['rate']:8.1f} todos/s"
