@@ -19,8 +19,9 @@ from application.ports import QueueLoad, StoredPayload
 from domain.events import Aggregate
 from domain.todo import TodoClaimed
 from interfaces.store.cache import AggregateCache
-from interfaces.store.queues import LoadEstimates
 from interfaces.store.candidates import CANDIDATES_PER_BATCH, CandidatePrefetch, Candidates, QueueKey, ReadClaimable
+from interfaces.store.lanes import ClaimLanes
+from interfaces.store.queues import LoadEstimates
 
 A = TypeVar("A", bound=Aggregate)
 
@@ -64,6 +65,7 @@ class Reads:
     cache: AggregateCache
     prefetch: CandidatePrefetch
     queue_loads: LoadEstimates
+    lanes: ClaimLanes
 
 
 class PayloadsRead:
@@ -188,6 +190,8 @@ class Unit:
         those a command of the batch has changed into a todo not claimable now."""
         self._check_may_read()  # candidates are read, or waited for
         key = (endpoint_id, tuple(queues))
+        lane = self._reads.lanes.current(key, self.now)  # another process claims here too (lanes.py)
+        window = lane.window(limit) if lane is not None else limit
         want = limit + len(self._batch.aggregates)
         fresh = self._source.fresh
         cached = self._batch.candidates.get(key)
@@ -198,9 +202,10 @@ class Unit:
         if cached is None or (len(cached[0]) < want and not cached[1]):
             fetch = max(want, CANDIDATES_PER_BATCH)
             ids = self._reads.claimable(endpoint_id, queues, self.now, fetch)
-            if fresh:
+            if fresh and lane is None:
                 # A re-run after a lost race: another process is taking the oldest todos as
-                # we speak, so spread over the head of the queue instead of racing it again.
+                # we speak, so spread over the head of the queue instead of racing it again
+                # (where this batch had read the queue, its lane does that, in order).
                 head = ids[:SPREAD_ON_RETRY]
                 random.shuffle(head)
                 ids = head + ids[SPREAD_ON_RETRY:]
@@ -208,15 +213,15 @@ class Unit:
         # Leave out what an earlier command of the batch has already taken: eight claims of ten in
         # one batch walked 0, 10, … 70 such candidates each, two reads and a copy apiece. At most
         # `limit` are given: a claim reads its first few, and the whole list (64 and more) cost
-        # each claim a hash per candidate.
+        # each claim a hash per candidate. With a lane, its todos of the oldest `window` first.
         aggregates, now = self._batch.aggregates, self.now
         ids: list[UUID] = []
         for c in cached[0]:
             if not ((taken := aggregates.get(c)) is not None and taken.pending_events and not taken.is_claimable(now)):
                 ids.append(c)
-                if len(ids) == limit:
+                if len(ids) == window:
                     break
-        return ids
+        return lane.order(ids, limit)[:limit] if lane is not None else ids
 
     def queue_load(self, endpoint_id: str, queue: str, *, fresh: bool = False) -> QueueLoad:
         """The queue's load — this process's estimate, or with `fresh` (and on a re-run) as committed —

@@ -445,8 +445,9 @@ class Writer:
         if done:
             try:
                 recorded = self._commit(run.batch)
-            except RUN_AGAIN:
+            except RUN_AGAIN as error:
                 self._unsettled(run.batch)
+                self._lost_race(run.batch, error)
                 again = [job for job, _ in done] + recheck
                 if attempt < BATCH_RETRIES:
                     time.sleep(random.uniform(0, 0.002 * (2 ** attempt)))
@@ -490,6 +491,12 @@ class Writer:
         self._cache.forget(batch.aggregates)
         self._prefetch.clear()
 
+    def _lost_race(self, batch: Batch, error: BaseException) -> None:
+        """Another writer appended first: where this batch read claim candidates, another process
+        claims too, and this writer takes a lane there (interfaces/store/lanes.py)."""
+        if isinstance(error, IntegrityError) and batch.candidates:
+            self._reads.lanes.lost(batch.candidates, self._clock.now())
+
     def _run_alone(self, job: Job) -> None:
         for attempt in range(MAX_RETRIES):
             batch = Batch()
@@ -502,8 +509,9 @@ class Writer:
             batch.payloads.want(unit.payloads_wanted)
             try:
                 recorded = self._commit(batch)
-            except RUN_AGAIN:
+            except RUN_AGAIN as error:
                 self._unsettled(batch)
+                self._lost_race(batch, error)
                 time.sleep(random.uniform(0, 0.002 * (2 ** min(attempt, 6))))
                 continue
             except (PersistenceError, StoreUnavailable) as error:
