@@ -1,7 +1,7 @@
 """One `switchboard serve` against two on one PostgreSQL, in one run: ingest and MCP drain.
 
 Run:  .venv/bin/python bench/scaling.py [--rounds 3] [--seconds 6] [--senders 8] [--todos 600]
-                                        [--sessions 8] [--pg-url URL]
+                                        [--sessions 8] [--app-todos 4000] [--pg-url URL]
 
 Each round: a fresh database and data dir per workload (both processes share the data dir, so
 the same secret key); the one-process and the two-process runs alternate, their order swapping
@@ -11,23 +11,29 @@ would); deliveries/s after a warm-up. MCP: `--todos` todos drained by `--session
 the official client, session i opened on process i mod n and kept there (sticky per session, as
 ADR 10 asks of a load balancer). Ratios two/one per round, their medians, the machine's core
 count and load average: the scaling the README claims, measured on THIS machine, where the
-servers, PostgreSQL and the clients share its cores.
+servers, PostgreSQL and the clients share its cores. Claims at the application layer (no HTTP):
+`--app-todos` todos drained with claim_next + complete by `--sessions` threads in one process,
+against two processes with half the threads each (two writers racing for one queue's head:
+docs/adr/0035).
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import statistics
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.claim_complete import Databases, log  # noqa: E402
+from bench.claim_complete import Databases, log, make_container, push_todos, setup_endpoint  # noqa: E402
 from bench.ingest import FIXTURE, Server, drive, setup_switchboard, switchboard_server  # noqa: E402
 from bench.mcp_drain import load, mcp_drain, push_round, setup_server_db  # noqa: E402
 from tests.fixtures import fixture  # noqa: E402
@@ -82,6 +88,59 @@ def mcp_round(processes: int, dbs: Databases, tmp: str, tag: str, args: argparse
         dbs.drop(url)
 
 
+def _app_claimer(url: str, data_dir: str, slug: str, threads: int, barrier: Any, out: Any) -> None:
+    """One process: its own container (writer, cache, pools), `threads` claimers until empty."""
+    container = make_container(url, data_dir)
+    try:
+        app = container.app
+        caller = app.endpoint_caller(slug)
+        done = [0] * threads
+
+        def work(i: int) -> None:
+            while not (claimed := app.claim_next(caller=caller))["empty"]:
+                app.complete(claimed["todo"]["id"], caller=caller)
+                done[i] += 1
+
+        workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+        barrier.wait()
+        started = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        out.put((sum(done), time.perf_counter() - started))
+    finally:
+        container.close()
+
+
+def app_round(processes: int, dbs: Databases, tmp: str, tag: str, args: argparse.Namespace) -> float:
+    url = dbs.create(f"app_{tag}")
+    data_dir = os.path.join(tmp, f"app-{tag}")
+    os.makedirs(data_dir)
+    try:
+        container = make_container(url, data_dir)
+        try:
+            slug = setup_endpoint(container)
+            push_todos(container, slug, args.app_todos, 8)  # the claimers' caches start cold, as a serve's do
+        finally:
+            container.close()
+        ctx = multiprocessing.get_context("spawn")
+        barrier, out = ctx.Barrier(processes), ctx.Queue()
+        children = [ctx.Process(target=_app_claimer, args=(url, data_dir, slug, args.sessions // processes, barrier, out))
+                    for _ in range(processes)]
+        for child in children:
+            child.start()
+        results = [out.get(timeout=600) for _ in children]
+        for child in children:
+            child.join()
+    finally:
+        dbs.drop(url)
+    done = sum(n for n, _ in results)
+    if done != args.app_todos:
+        log(f"    ! {done} of {args.app_todos} todos completed")
+    return done / max(seconds for _, seconds in results)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -89,11 +148,14 @@ def main() -> int:
     parser.add_argument("--senders", type=int, default=8)
     parser.add_argument("--todos", type=int, default=600, help="todos drained over MCP per run")
     parser.add_argument("--sessions", type=int, default=8)
+    parser.add_argument("--app-todos", type=int, default=4000,
+                        help="todos drained at the application layer per run (0: no such round)")
     parser.add_argument("--pg-url", default=ADMIN_URL)
     args = parser.parse_args()
     dbs = Databases(args.pg_url)
     ingest: dict[int, list[float]] = {1: [], 2: []}
     mcp: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
+    claims: dict[int, list[float]] = {1: [], 2: []}
     log(f"scaling bench: {args.rounds} rounds; machine: {os.cpu_count()} cores, load average {load()}")
     with tempfile.TemporaryDirectory(prefix="sb-scaling-bench-") as tmp:
         try:
@@ -102,6 +164,10 @@ def main() -> int:
                 for n in order:
                     ingest[n].append(ingest_round(n, dbs, tmp, f"{r}_{n}", args))
                     log(f"[{r + 1}] ingest, {n} process(es): {ingest[n][-1]:8.1f} deliveries/s  (load {load()})")
+                for n in order if args.app_todos else ():
+                    claims[n].append(app_round(n, dbs, tmp, f"{r}_{n}", args))
+                    log(f"[{r + 1}] claims, {n} process(es): {claims[n][-1]:8.1f} todos/s at the application layer"
+                        f"  (load {load()})")
                 for n in order:
                     m = mcp_round(n, dbs, tmp, f"{r}_{n}", args)
                     mcp[n].append(m)
@@ -117,6 +183,10 @@ def main() -> int:
         f" (medians); ratio two/one = {ingest_ratio:.3f} (median of the rounds' ratios)")
     log(f"mcp:    1 process {statistics.median(m['rate'] for m in mcp[1]):.1f} todos/s, 2 processes"
         f" {statistics.median(m['rate'] for m in mcp[2]):.1f} todos/s; ratio two/one = {mcp_ratio:.3f}")
+    if args.app_todos:
+        claims_ratio = statistics.median(b / a for a, b in zip(claims[1], claims[2]))
+        log(f"claims: 1 process {statistics.median(claims[1]):.1f} todos/s, 2 processes"
+            f" {statistics.median(claims[2]):.1f} todos/s (application layer); ratio two/one = {claims_ratio:.3f}")
     log(f"load average at the end {load()}")
     return 0
 
