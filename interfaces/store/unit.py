@@ -202,10 +202,10 @@ class Unit:
         if cached is None or (len(cached[0]) < want and not cached[1]):
             fetch = max(want, CANDIDATES_PER_BATCH)
             ids = self._reads.claimable(endpoint_id, queues, self.now, fetch)
-            if fresh and lane is None:
+            if fresh:
                 # A re-run after a lost race: another process is taking the oldest todos as
                 # we speak, so spread over the head of the queue instead of racing it again
-                # (where this batch had read the queue, its lane does that, in order).
+                # (within the lane, if any: two writers may still share one until a loss).
                 head = ids[:SPREAD_ON_RETRY]
                 random.shuffle(head)
                 ids = head + ids[SPREAD_ON_RETRY:]
