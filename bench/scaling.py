@@ -25,15 +25,13 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.claim_complete import Databases, log, make_container, push_todos, setup_endpoint  # noqa: E402
+from bench.claim_complete import Databases, drain, log, make_container, push_todos, setup_endpoint  # noqa: E402
 from bench.ingest import FIXTURE, Server, drive, setup_switchboard, switchboard_server  # noqa: E402
 from bench.mcp_drain import load, mcp_drain, push_round, setup_server_db  # noqa: E402
 from tests.fixtures import fixture  # noqa: E402
@@ -92,23 +90,9 @@ def _app_claimer(url: str, data_dir: str, slug: str, threads: int, barrier: Any,
     """One process: its own container (writer, cache, pools), `threads` claimers until empty."""
     container = make_container(url, data_dir)
     try:
-        app = container.app
-        caller = app.endpoint_caller(slug)
-        done = [0] * threads
-
-        def work(i: int) -> None:
-            while not (claimed := app.claim_next(caller=caller))["empty"]:
-                app.complete(claimed["todo"]["id"], caller=caller)
-                done[i] += 1
-
-        workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
         barrier.wait()
-        started = time.perf_counter()
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        out.put((sum(done), time.perf_counter() - started))
+        seconds, done, errors = drain(container, slug, threads)
+        out.put((done, seconds, [repr(e) for e in errors[:3]]))
     finally:
         container.close()
 
@@ -135,10 +119,10 @@ def app_round(processes: int, dbs: Databases, tmp: str, tag: str, args: argparse
             child.join()
     finally:
         dbs.drop(url)
-    done = sum(n for n, _ in results)
-    if done != args.app_todos:
-        log(f"    ! {done} of {args.app_todos} todos completed")
-    return done / max(seconds for _, seconds in results)
+    done = sum(n for n, _, _ in results)
+    if done != args.app_todos or any(errors for _, _, errors in results):
+        log(f"    ! {done} of {args.app_todos} todos completed; errors {[e for _, _, es in results for e in es]}")
+    return done / max(seconds for _, seconds, _ in results)
 
 
 def main() -> int:
