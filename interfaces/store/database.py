@@ -13,6 +13,7 @@ import select
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -27,7 +28,7 @@ from psycopg.adapt import PyFormat
 from psycopg.pq import TransactionStatus
 
 from application.errors import ConfigurationError, StoreUnavailable, first_line
-from interfaces.store.pipeline import convert
+from interfaces.store.pipeline import Pipeline, convert
 
 # Every statement is planned for its parameters and for the table as it is now (docs/adr/0013).
 # psycopg prepares a statement on the server after 5 runs, and PostgreSQL may then keep a generic
@@ -37,6 +38,13 @@ from interfaces.store.pipeline import convert
 # nothing guarantees. Set after connecting, not as a startup option: that would replace the
 # operator's PGOPTIONS, and poolers such as PgBouncer refuse startup options they do not track.
 PLAN_PER_RUN = "SET plan_cache_mode = force_custom_plan"
+ONE_PLAN = ("SET plan_cache_mode = force_generic_plan", "SET enable_seqscan = off")
+"""For a session whose every statement names its rows by an index (the appender's, the candidate
+reads'): each is planned once, for any table size, since with sequential scans priced out the
+generic plan is that index's however small the table was when it was made (docs/adr/0013)."""
+INDEXED_POOL_SIZE = 2
+"""Connections for `indexed_column`, opened as needed: the claim candidates' reads of the writer
+thread and of its read-ahead thread (`application_name` switchboard-claims)."""
 
 POOL_WAIT = 1.0
 """Longest a request waits for a PostgreSQL connection (a free one, or a new one connecting):
@@ -48,6 +56,12 @@ def plan_per_run(conn: psycopg.Connection) -> None:
     """Set-up of an autocommit connection: custom plans only (a pool's `configure`, or right after
     connecting)."""
     conn.execute(PLAN_PER_RUN)
+
+
+def plan_once(conn: psycopg.Connection) -> None:
+    """Set-up of an autocommit connection whose statements all read or write by an index (ONE_PLAN)."""
+    for setting in ONE_PLAN:
+        conn.execute(setting)
 
 
 @dataclass(frozen=True)
@@ -513,8 +527,13 @@ class Database:
         self._sqlite_conns: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._pool: Connections | None = None
+        self._indexed: Connections | None = None
+        self._readers: weakref.WeakKeyDictionary[psycopg.Connection, Pipeline] = weakref.WeakKeyDictionary()
+        """`indexed_column`'s pipeline of each connection it has used (its statements prepared there)."""
         if self.dialect == "postgres":
             self._pool = Connections(url.conninfo(application_name=application_name), pool_size, plan_per_run)
+            self._indexed = Connections(url.conninfo(application_name=f"{application_name}-claims"), INDEXED_POOL_SIZE,
+                                        plan_once)
         else:
             Path(url.path).parent.mkdir(parents=True, exist_ok=True)
 
@@ -629,9 +648,37 @@ class Database:
         except psycopg.OperationalError as error:
             raise StoreUnavailable(f"store unavailable: {first_line(error)}") from None
 
+    def indexed_column(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """The first column of the rows of one read that finds them by an index whatever the
+        tables' sizes (autocommit). On PostgreSQL as the text the server sends, in bytes, on
+        connections of its own that plan each statement once (ONE_PLAN) and through the `pq`
+        layer (pipeline.py): for the 64 candidate ids a claim batch reads, a cursor on the request
+        pool took 3× the CPU here and its planning per run ~200 µs of the server's (docs/adr/0004,
+        session 22)."""
+        if self._indexed is None:
+            return [row[0] for row in self.query(sql, params)]
+        try:
+            with self._indexed.connection() as conn:
+                reader = self._readers.get(conn)
+                if reader is None:
+                    reader = self._readers[conn] = Pipeline(conn, prefix=b"sb_column_")
+                try:
+                    [result] = reader.run([(sql, params, False)])
+                except BaseException:
+                    # a pipeline that failed may leave names it prepared unknown to the server:
+                    # the connection goes (pipeline.py), and the pool opens another
+                    self._readers.pop(conn, None)
+                    conn.close()
+                    raise
+                return [result.get_value(row, 0) for row in range(result.ntuples)]
+        except psycopg.OperationalError as error:
+            raise StoreUnavailable(f"store unavailable: {first_line(error)}") from None
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
+        if self._indexed is not None:
+            self._indexed.close()
         with self._lock:
             for conn in self._sqlite_conns:
                 conn.close()

@@ -23,7 +23,7 @@ from application.errors import StoreUnavailable
 from application.ports import Clock, Recorded, UnitOfWork
 from domain.doorbell import doorbell_news
 from domain.events import Aggregate, DomainEvent
-from domain.names import TODO_PREFIX, format_id
+from domain.names import TODO_PREFIX, format_id, uuid_of_hex
 from interfaces.store import blobs, read_checks, schema
 from interfaces.store.cache import AggregateCache
 from interfaces.store.candidates import CandidatePrefetch
@@ -277,8 +277,9 @@ class SqlEventStore:
         params: list[Any] = []
         for queue in queues:
             params += [endpoint_id, queue, micros(now), limit]
-        rows = self.db.query(f"SELECT todo_id FROM ({sql}) AS c ORDER BY created_at, todo_id LIMIT %s", (*params, limit))
-        return [UUID(hex=row[0][len(TODO_PREFIX):]) for row in rows]
+        digits = self.db.indexed_column(f"SELECT substr(todo_id, {len(TODO_PREFIX) + 1}) FROM ({sql}) AS c"
+                                " ORDER BY created_at, todo_id LIMIT %s", (*params, limit))
+        return [uuid_of_hex(value) for value in digits]
 
     @staticmethod
     def todo_ref(todo_id: UUID) -> str:

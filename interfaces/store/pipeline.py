@@ -57,8 +57,10 @@ def convert(sql: bytes) -> tuple[bytes, tuple[PyFormat, ...]]:
 class Pipeline:
     """Runs whole transactions on one autocommit connection, one round trip each."""
 
-    def __init__(self, conn: psycopg.Connection) -> None:
+    def __init__(self, conn: psycopg.Connection, prefix: bytes = b"sb_") -> None:
+        """`prefix`: of the statements it prepares (two pipelines on one connection need two)."""
         self._conn = conn
+        self._prefix = prefix
         self._pgconn = conn.pgconn
         self._tx = Transformer(conn)
         self._prepared: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
@@ -96,7 +98,7 @@ class Pipeline:
             key = (query, types)
             name = self._prepared.get(key)
             if name is None and key in self._seen and len(self._prepared) < PREPARED_MAX:
-                name = self._prepared[key] = b"sb_%d" % len(self._prepared)
+                name = self._prepared[key] = b"%s%d" % (self._prefix, len(self._prepared))
                 pgconn.send_prepare(name, query, param_types=types or None)
                 owners.append(-1)
             if len(self._seen) < SEEN_MAX:

@@ -32,7 +32,7 @@ from application.errors import CommitOutcomeUnknown, StoreUnavailable
 from domain.doorbell import FREED, RING
 from interfaces.store import blobs
 from interfaces.store.database import (
-    Database, DatabaseUrl, array_param, coalesce_ops, first_line, idle_and_sound, run_ops,
+    ONE_PLAN, Database, DatabaseUrl, array_param, coalesce_ops, first_line, idle_and_sound, run_ops,
 )
 from interfaces.store.pipeline import Pipeline, Sent, Statement
 from projections.base import Op
@@ -58,10 +58,9 @@ FENCE_WAIT_MS = 1000
 # Errors that come from the server refusing a statement leave the outcome known (nothing was
 # committed); these classes (connection, operator intervention, system, internal) do not.
 _UNSURE_CLASSES = ("08", "57", "58", "XX")
-WRITER_PLANS = ("SET plan_cache_mode = force_generic_plan", "SET enable_seqscan = off")
+WRITER_PLANS = ONE_PLAN
 """The appender's session (docs/adr/0013): each of its statements is planned once, for any table
-size — every one names its rows by an indexed key, and with sequential scans priced out the
-generic plan is that index's however small the table was when it was made."""
+size — every one names its rows by an indexed key."""
 
 
 class PooledPostgresDatastore(PostgresDatastore):

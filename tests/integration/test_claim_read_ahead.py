@@ -24,14 +24,14 @@ class ReadsOnTheWriter:
 
     def __init__(self, store) -> None:
         self.threads: list[str] = []
-        query = store.db.query
+        read = store.db.indexed_column
 
         def spy(sql, *args, **kwargs):
             if "sb_claimable" in sql:
                 self.threads.append(threading.current_thread().name)
-            return query(sql, *args, **kwargs)
+            return read(sql, *args, **kwargs)
 
-        store.db.query = spy
+        store.db.indexed_column = spy
 
     def on_writer(self) -> int:
         count = sum(1 for name in self.threads if name == WRITER)

@@ -1,7 +1,8 @@
 """CONTRACT §12, connections: SWITCHBOARD_PG_POOL_SIZE bounds one process's request pool, a request
 waits at most 1 s for a connection (then 503 `store down`), a serve process opens no more than its
-pool plus the writer, the doorbell's listener and the projector child's two (deploy/README.md),
-and the projector child waits for connections instead of crash-looping when there are none."""
+pool plus the writer's two, the claim candidates' two, the doorbell's listener and the projector
+child's two (deploy/README.md), and the projector child waits for connections instead of
+crash-looping when there are none."""
 
 from __future__ import annotations
 
@@ -152,6 +153,42 @@ def test_a_serve_process_opens_its_pool_and_five_more_connections_at_most(pg_url
     finally:
         server.stop()
     assert "Traceback" not in server.stderr(), server.output()
+
+
+def test_claims_read_their_candidates_on_two_connections_of_their_own_at_most(pg_url):
+    """The writer thread and its read-ahead read claim candidates on `switchboard-claims`
+    sessions (docs/adr/0004, session 22): two at most however many claim, besides the pool."""
+    container = build(Settings(database_url=pg_url, secret_key=secrets.token_hex(32), pg_pool_size=2))
+    try:
+        app = container.app
+        app.ensure_admin()
+        slug = app.vend("claims", queues=["work"], caller=CLI)["slug"]
+        for n in range(300):
+            app.push(slug, f"todo {n}", caller=CLI)
+        caller = app.endpoint_caller(slug)
+        done: list[int] = []
+
+        def claim() -> None:
+            while not (claimed := app.claim_next(caller=caller))["empty"]:
+                app.complete(claimed["todo"]["id"], caller=caller)
+                done.append(1)
+
+        claimers = [threading.Thread(target=claim) for _ in range(8)]
+        for claimer in claimers:
+            claimer.start()
+        peak: Counter = Counter()
+        while any(claimer.is_alive() for claimer in claimers):
+            now = connections(pg_url)
+            peak = Counter({kind: max(peak[kind], now[kind]) for kind in now | peak})
+            time.sleep(0.02)
+        for claimer in claimers:
+            claimer.join()
+        assert len(done) == 300
+        assert 1 <= peak["switchboard-claims"] <= 2, peak
+        assert peak["switchboard"] <= 2, peak
+    finally:
+        container.close()
+    assert connections(pg_url)["switchboard-claims"] == 0  # closed with the store
 
 
 @pytest.fixture

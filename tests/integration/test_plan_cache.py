@@ -3,11 +3,14 @@ a plan cached while a table was small must not outlive the table's growth."""
 
 from __future__ import annotations
 
+import socket
 import time
 from uuid import uuid4
 
+import psycopg
 import pytest
 
+from application.errors import StoreUnavailable
 from application.service import Caller
 from interfaces.store.database import Database, DatabaseUrl
 
@@ -63,14 +66,49 @@ def test_every_read_connection_plans_each_run_and_the_appender_plans_once_by_its
     assert tuple(library_mode.values()) == ("force_custom_plan",)
     assert appender.execute("SHOW plan_cache_mode").fetchone() == ("force_generic_plan",)
     assert appender.execute("SHOW enable_seqscan").fetchone() == ("off",)
+    # the claim candidates' reads, by their index, on connections of their own
+    assert store.db.indexed_column("SHOW plan_cache_mode", ()) == [b"force_generic_plan"]
+    assert store.db.indexed_column("SHOW enable_seqscan", ()) == [b"off"]
+
+
+def test_an_indexed_read_that_fails_costs_its_connection_and_the_next_read_prepares_afresh(db):
+    """`indexed_column` prepares a statement on its connection from its second run; a read that
+    fails there leaves that connection (pipeline.py), and the next one works on another."""
+    digits = "SELECT substr(%s, 4) FROM generate_series(1, %s)"
+    for _ in range(3):  # prepared on the server from the second run on
+        assert db.indexed_column(digits, ("td_0a", 2)) == [b"0a", b"0a"]
+    first = db.indexed_column("SELECT pg_backend_pid()", ())
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        db.indexed_column("SELECT 1 / %s", (0,))
+    assert db.indexed_column("SELECT pg_backend_pid()", ()) != first
+    for _ in range(3):
+        assert db.indexed_column(digits, ("td_0b", 1)) == [b"0b"]
+    assert db.indexed_column("SELECT %s::text WHERE false", ("x",)) == []
+
+
+def test_an_indexed_read_while_postgresql_refuses_is_store_unavailable(pg_url):
+    url = DatabaseUrl.parse(pg_url)
+    database = Database(DatabaseUrl.parse(f"postgresql://{url.user}@127.0.0.1:{_free_port()}/{url.dbname}"))
+    try:
+        with pytest.raises(StoreUnavailable):
+            database.indexed_column("SELECT 1", ())
+    finally:
+        database.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 INLINE_TABLES = ("sb_claimable", "sb_timers", "sb_doorbell", "sb_in_flight", "sb_blobs", "stored_events")
 
 
 def test_the_appenders_plans_made_on_small_tables_never_scan_them_once_they_have_grown(pg_url, make_container):
-    """The appender caches one generic plan per statement from its first runs, on near-empty
-    tables: each must still find its rows by key after the tables grew (docs/adr/0013)."""
+    """The appender, and the claim candidates' reads, cache one generic plan per statement from
+    their first runs, on near-empty tables: each must still find its rows by key after the tables
+    grew (docs/adr/0013)."""
     container = make_container(pg_url)
     app, store = container.app, container.store
     app.ensure_admin()

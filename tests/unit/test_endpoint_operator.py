@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import pickle
 from datetime import datetime, timedelta, timezone
-from uuid import UUID
+from uuid import UUID, SafeUUID
 
 import pytest
 
@@ -25,6 +26,7 @@ from domain.names import (
     format_id,
     parse_id,
     slugify,
+    uuid_of_hex,
 )
 from domain.operator import ApiTokenMinted, Operator, OperatorCreated, check_operator_name, operator_uuid
 from domain.todo import effective_lease
@@ -362,6 +364,19 @@ def test_an_id_is_its_prefix_and_32_lowercase_hex():
 )
 def test_text_that_is_not_an_id_of_the_kind_parses_to_none(text):
     assert parse_id(TODO_PREFIX, text) is None
+
+
+@pytest.mark.parametrize("digits", ["0123456789abcdef0123456789abcdef", "0" * 32, "f" * 32, "9b2e4f0c6d1a4e7fa3c85b6d2e1f0a94"])
+def test_a_uuid_made_from_hex_digits_is_the_uuid_the_library_makes(digits):
+    expected = UUID(hex=digits)
+    for made in (uuid_of_hex(digits), uuid_of_hex(digits.encode())):  # text, or as PostgreSQL sends it
+        assert made == expected and hash(made) == hash(expected) and {expected: 1}[made] == 1
+        assert (str(made), repr(made), made.hex, made.bytes, made.version) == (
+            str(expected), repr(expected), expected.hex, expected.bytes, expected.version)
+        assert pickle.loads(pickle.dumps(made)) == expected
+        assert made.is_safe is SafeUUID.unknown
+        with pytest.raises(TypeError):
+            made.int = 1  # immutable, as every UUID
 
 
 @pytest.mark.parametrize(
