@@ -29,7 +29,7 @@ from interfaces.store.cache import AggregateCache
 from interfaces.store.candidates import CandidatePrefetch
 from interfaces.store.codec import EventCodec
 from interfaces.store.database import DEFAULT_POOL_SIZE, Database, DatabaseUrl, Tx
-from interfaces.store.lanes import ClaimLanes
+from interfaces.store.lanes import ClaimLanes, SqlClaimers
 from interfaces.store.queues import LoadEstimates, SqlQueueLoad
 from interfaces.store.recorders import (
     PooledPostgresDatastore, PostgresEventRecorder, SentAppend, Session, SqliteEventRecorder,
@@ -63,7 +63,7 @@ class SqlEventStore:
         self.cache = AggregateCache()
         self.queue_reads = SqlQueueLoad(self.db)
         self.load_estimates = LoadEstimates(self.queue_reads)
-        self.lanes = ClaimLanes()
+        self.lanes = ClaimLanes(SqlClaimers(self.db) if url.dialect == "postgres" else None)
         reads = Reads(load=self.load, claimable=self.claimable, payloads=self.read_payloads, cache=self.cache,
                       prefetch=self._prefetch, queue_loads=self.load_estimates, lanes=self.lanes)
         loop_appends = LoopAppends(self._open_session, self._send) if url.dialect == "postgres" else None

@@ -1,85 +1,139 @@
-"""Claim lanes: writers of several processes that claim from one queue stop taking the same todos.
+"""Claim lanes: the writers of several processes that claim from one queue split its head.
 
 Every writer offers a claim the oldest claimable todos. Two `serve` processes claiming from one
 queue at once both take its head: whichever appends second loses the version check, and its
-whole batch (the completions in it too) runs again on fresh state. Measured on 2 cores with
-4 + 4 claimers: a fifth of each process's batches lost, and two processes drained at ~0.55 of
-one (docs/adr/0035).
+whole batch (the completions in it too) runs again on fresh state (docs/adr/0035).
 
-So after a batch that read a queue's claim candidates loses a race, its writer prefers, for
-`HOLD`, one of two lanes of that queue: among the oldest candidates (`Lane.window`: 8 × what the
-claim asks for, at most `CANDIDATES_PER_BATCH`), the todos whose id falls in its lane
-(`todo_id.int % LANES == lane`) come first, then the others of that window, then the rest, oldest
-first each. The lane is picked at random at every lost race, so two writers that picked the same
-one part at their next loss. Once `HOLD` passes without a lost race, the queue is offered oldest
-first again. A todo is passed by for at most the window; correctness never rests on lanes (the
-append's version check decides who claims). One process alone never loses a claim race, so its
-claims stay oldest first; three or more claiming at once share two lanes and keep some races.
+So a writer that claims from a queue says so in `sb_claimers` (its own row, every `REFRESH` by the
+store's clock while it claims there) and reads who else has within `ALIVE`. With N writers there,
+the one of rank r among them (their ids sorted) offers a claim the todos of lane r first
+(`todo_id.int % N == r`) among the oldest candidates (`Lane.window`: `WINDOW` × N × what the claim
+asks for, at most `CANDIDATES_PER_BATCH`), then the others of that window, then the rest, oldest
+first each. Every writer reads the same rows, so N writers take N disjoint parts, as many as there
+are of them: no part is left to nobody (ADR 35 measured that lanes nobody holds pile up at the
+head, where everybody falls back to them and races again). A writer that joins or leaves moves
+the parts within `REFRESH`, at the cost of a few races. A todo is passed by for at most the
+window; correctness never rests on lanes (the append's version check decides who claims). A writer
+alone claims oldest first.
 
 Used on the writer thread only (claims read the store, which an event loop's batch may not).
 """
 
 from __future__ import annotations
 
-import random
-from collections.abc import Iterable, Sequence
+import logging
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from uuid import UUID
+from uuid import UUID, uuid4
 
+import psycopg
+
+from application.errors import StoreUnavailable
 from interfaces.store.candidates import CANDIDATES_PER_BATCH, QueueKey
+from interfaces.store.database import Database
+from projections.base import micros
 
-HOLD = timedelta(seconds=5)
-"""How long a queue's lane holds after this writer's last lost race there."""
-LANES = 2
-WINDOW = 8
-"""A lane's todos are offered first among the oldest `WINDOW × limit` candidates, at most
-`CANDIDATES_PER_BATCH` (measured: with 4 × limit, a fallback to the other lane's todos still lost
-a race in one batch of 40; with 8 ×, one in 100; docs/adr/0035)."""
+log = logging.getLogger("switchboard.store")
+
+CLAIMERS_DDL = (
+    "CREATE TABLE IF NOT EXISTS sb_claimers (endpoint_id TEXT NOT NULL, queues TEXT NOT NULL,"
+    " writer TEXT NOT NULL, seen_at BIGINT NOT NULL, PRIMARY KEY (endpoint_id, queues, writer))",
+)
+REFRESH = timedelta(seconds=1)
+"""How often a writer that claims from a queue renews its row there and reads the others'."""
+ALIVE = timedelta(seconds=3)
+"""A writer whose row is older than that claims there no more."""
+FORGET = timedelta(minutes=10)
+"""Rows older than that are deleted (by any writer, at most once per FORGET each)."""
+WINDOW = 4
+"""Per writer: a lane's todos are offered first among the oldest `WINDOW × N × limit` candidates,
+at most `CANDIDATES_PER_BATCH` (ADR 35: with two writers, 4 × limit each still lost a race in
+a batch of 40; 8 ×, one in 100)."""
+
+Claimers = Callable[[QueueKey, str, datetime], Sequence[str]]
+"""Says that `writer` claims from the queues of `key` at `now`; answers every writer that has
+within `ALIVE` (its own row may be missing from the answer)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Lane:
     lane: int
-    since: datetime
-    until: datetime
+    """This writer's rank among the writers claiming there."""
+    lanes: int
+    """How many they are (at least 2)."""
 
-    @staticmethod
-    def window(limit: int) -> int:
+    def window(self, limit: int) -> int:
         """The oldest candidates within which this lane's todos are offered first."""
-        return max(limit, min(WINDOW * limit, CANDIDATES_PER_BATCH))
+        return max(limit, min(WINDOW * self.lanes * limit, CANDIDATES_PER_BATCH))
 
     def order(self, ids: Sequence[UUID], limit: int) -> list[UUID]:
         head = ids[:self.window(limit)]
-        ours = [i for i in head if i.int % LANES == self.lane]
+        ours = [i for i in head if i.int % self.lanes == self.lane]
         if not ours or len(ours) == len(head):
             return list(ids)
-        return ours + [i for i in head if i.int % LANES != self.lane] + list(ids[len(head):])
+        return ours + [i for i in head if i.int % self.lanes != self.lane] + list(ids[len(head):])
 
 
 class ClaimLanes:
-    """One writer's lanes, per (endpoint, queues) as claims name them."""
+    """One writer's lanes, per (endpoint, queues) as claims name them; without `claimers` (SQLite,
+    one process) none."""
 
-    def __init__(self, rng: random.Random | None = None) -> None:
-        self._rng = rng or random.Random()
-        self._lanes: dict[QueueKey, Lane] = {}
+    def __init__(self, claimers: Claimers | None = None, writer: str | None = None) -> None:
+        self.writer = writer or uuid4().hex
+        self._claimers = claimers
+        self._known: dict[QueueKey, tuple[datetime, Lane | None]] = {}
 
     def current(self, key: QueueKey, now: datetime) -> Lane | None:
-        """The lane this writer holds in `key` now, if any (a clock that went back ends it)."""
-        lane = self._lanes.get(key)
-        if lane is not None and not lane.since <= now < lane.until:
-            del self._lanes[key]
+        """This writer's lane in `key` now (None while it claims there alone): it says it claims
+        there, and reads who else does, once per REFRESH (and after a clock that went back)."""
+        if self._claimers is None:
             return None
-        return lane
+        known = self._known.get(key)
+        if known is None or not known[0] <= now < known[0] + REFRESH:
+            writers = sorted({*self._claimers(key, self.writer, now), self.writer})
+            lane = Lane(writers.index(self.writer), len(writers)) if len(writers) > 1 else None
+            for gone in [k for k, (at, _) in self._known.items() if not at <= now < at + ALIVE]:
+                del self._known[gone]
+            known = self._known[key] = (now, lane)
+        return known[1]
 
-    def lost(self, keys: Iterable[QueueKey], now: datetime) -> None:
-        """A batch that read these queues' candidates lost its append to another writer: a lane,
-        picked again at random (writers that met in one part at their next loss)."""
+    def lost(self, keys: Iterable[QueueKey]) -> None:
+        """A batch that read these queues' candidates lost its append to another writer: one that
+        began claiming there since this writer last read who does, it may be. Read again at the
+        next claim there, not at the next REFRESH."""
         for key in keys:
-            lane = self.current(key, now)
-            since = lane.since if lane is not None else now
-            self._lanes[key] = Lane(self._rng.randrange(LANES), since, now + HOLD)
+            self._known.pop(key, None)
 
     def held(self, now: datetime) -> dict[QueueKey, Lane]:
-        """The lanes this writer holds now."""
-        return {key: lane for key in list(self._lanes) if (lane := self.current(key, now)) is not None}
+        """The lanes this writer holds now (as last read)."""
+        return {key: lane for key, (at, lane) in self._known.items()
+                if lane is not None and at <= now < at + REFRESH}
+
+
+class SqlClaimers:
+    """`Claimers` on PostgreSQL's `sb_claimers`: one statement (this writer's row and the others'),
+    and now and then the rows of writers long gone deleted."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._swept: datetime | None = None
+
+    def __call__(self, key: QueueKey, writer: str, now: datetime) -> list[str]:
+        endpoint_id, queues = key
+        named = ",".join(queues)  # queue names hold no comma (domain/names.py)
+        rows = self.db.query(
+            "WITH mine AS (INSERT INTO sb_claimers (endpoint_id, queues, writer, seen_at) VALUES (%s, %s, %s, %s)"
+            " ON CONFLICT (endpoint_id, queues, writer) DO UPDATE SET seen_at = excluded.seen_at)"
+            " SELECT writer FROM sb_claimers WHERE endpoint_id = %s AND queues = %s AND seen_at >= %s",
+            (endpoint_id, named, writer, micros(now), endpoint_id, named, micros(now - ALIVE)),
+        )
+        if self._swept is None or not self._swept <= now < self._swept + FORGET:
+            self._swept = now
+            try:  # its own statement: rows of one writer at a time lock in one order, never a cycle
+                self.db.query("DELETE FROM sb_claimers WHERE seen_at < %s", (micros(now - FORGET),))
+            except psycopg.Error as error:  # tidying only: the next sweep deletes them
+                log.warning("claim lanes: old rows of sb_claimers not deleted: %s", error)
+            except StoreUnavailable:
+                pass
+        return [row[0] for row in rows]

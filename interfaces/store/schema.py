@@ -15,6 +15,7 @@ from interfaces.store.database import Database, LockBusy, Tx
 from interfaces.store.queues import REFUSALS_DDL
 from interfaces.store.read_checks import STALE_READS_DDL
 from interfaces.store.chain import CHAIN_DDL
+from interfaces.store.lanes import CLAIMERS_DDL
 from interfaces.store.rings import RINGS_DDL
 from projections.base import Projection, Tracking
 from projections.deliveries import RETIRED
@@ -43,9 +44,9 @@ def create_postgres(tx: Tx, recorder: Any, projections: Sequence[Projection]) ->
 
 
 def migrate(tx: Any, projections: Sequence[Projection], *, dialect: str) -> None:
-    """Our own tables (tracking, rings, the payload store, each projection's) and a tracking row
+    """Our own tables (tracking, rings, claim lanes, the payload store, each projection's) and a tracking row
     per projection (none for a projection retired)."""
-    for statement in (*Tracking.DDL, *RINGS_DDL, *CHAIN_DDL, *REFUSALS_DDL, *STALE_READS_DDL, *blobs.DDL[dialect]):
+    for statement in (*Tracking.DDL, *RINGS_DDL, *CLAIMERS_DDL, *CHAIN_DDL, *REFUSALS_DDL, *STALE_READS_DDL, *blobs.DDL[dialect]):
         tx.execute(statement)
     tx.execute(f"DELETE FROM sb_tracking WHERE name IN ({', '.join(['%s'] * len(RETIRED))})", RETIRED)
     for projection in projections:

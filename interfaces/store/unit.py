@@ -190,7 +190,7 @@ class Unit:
         those a command of the batch has changed into a todo not claimable now."""
         self._check_may_read()  # candidates are read, or waited for
         key = (endpoint_id, tuple(queues))
-        lane = self._reads.lanes.current(key, self.now)  # another process claims here too (lanes.py)
+        lane = self._reads.lanes.current(key, self.now)  # other writers claim here too (lanes.py)
         window = lane.window(limit) if lane is not None else limit
         want = limit + len(self._batch.aggregates)
         fresh = self._source.fresh
@@ -205,7 +205,8 @@ class Unit:
             if fresh:
                 # A re-run after a lost race: another process is taking the oldest todos as
                 # we speak, so spread over the head of the queue instead of racing it again
-                # (within the lane, if any: two writers may still share one until a loss).
+                # (its lane's todos first, if any: one that just began claiming here may not be
+                # counted yet).
                 head = ids[:SPREAD_ON_RETRY]
                 random.shuffle(head)
                 ids = head + ids[SPREAD_ON_RETRY:]

@@ -492,10 +492,10 @@ class Writer:
         self._prefetch.clear()
 
     def _lost_race(self, batch: Batch, error: BaseException) -> None:
-        """Another writer appended first: where this batch read claim candidates, another process
-        claims too, and this writer takes a lane there (interfaces/store/lanes.py)."""
+        """Another writer appended first: where this batch read claim candidates, this writer
+        reads again which writers claim there (interfaces/store/lanes.py)."""
         if isinstance(error, IntegrityError) and batch.candidates:
-            self._reads.lanes.lost(batch.candidates, self._clock.now())
+            self._reads.lanes.lost(batch.candidates)
 
     def _run_alone(self, job: Job) -> None:
         for attempt in range(MAX_RETRIES):

@@ -1,18 +1,20 @@
-"""Claim lanes on PostgreSQL (interfaces/store/lanes.py, docs/adr/0035): two containers on one
-database are two writers, as two `serve` processes are. A claim decided on a read that another
-writer's claim made stale loses its append; its writer then takes a lane of the queue, and its
-claims take that lane's todos first (the re-run spread over them, the next ones oldest first), until HOLD passes
-without another lost race. Nothing is ever handed out twice."""
+"""Claim lanes on PostgreSQL (interfaces/store/lanes.py, docs/adr/0035): containers on one database
+are writers, as `serve` processes are. Each writer that claims from a queue says so in
+`sb_claimers` and reads who else does; N writers there take N disjoint lanes of its head (their
+rank among them), a writer alone claims oldest first, and a lost race makes the loser read them
+again at once. Nothing is ever handed out twice."""
 
 from __future__ import annotations
 
 from collections import Counter
+
 import pytest
 
 from application.access import todo_uuid
 from application.service import Caller
 from interfaces.store import candidates
-from interfaces.store.lanes import HOLD, LANES
+from interfaces.store.lanes import ALIVE, FORGET, REFRESH, Lane
+from projections.base import micros
 from tests.doubles import ManualClock
 
 pytestmark = pytest.mark.postgres
@@ -21,65 +23,97 @@ CLI = Caller.cli()
 
 
 @pytest.fixture
-def two_writers(pg_url, make_container, monkeypatch):
+def writers(pg_url, make_container, monkeypatch):
     # a read ahead not finished within PREFETCH_WAIT is read again on the writer: on a loaded
     # machine that may happen, and the stale read ahead is what makes the race here
     monkeypatch.setattr(candidates, "PREFETCH_WAIT", 10.0)
     clock = ManualClock()
-    a, b = make_container(pg_url, clock=clock), make_container(pg_url, clock=clock)
-    a.app.ensure_admin()
-    slug = a.app.vend("lanes", queues=["work"], caller=CLI)["slug"]
+    containers = [make_container(pg_url, clock=clock) for _ in range(3)]
+    first = containers[0].app
+    first.ensure_admin()
+    slug = first.vend("lanes", queues=["work"], caller=CLI)["slug"]
     pushed = []
-    for n in range(80):  # more than one read ahead holds (64), so it is kept
+    for n in range(120):
         clock.advance(seconds=1)
-        pushed.append(a.app.push(slug, f"todo {n:02d}", caller=CLI)["todo"]["id"])
-    return a, b, a.app.endpoint_caller(slug), b.app.endpoint_caller(slug), clock, pushed
+        pushed.append(first.push(slug, f"todo {n:03d}", caller=CLI)["todo"]["id"])
+    return containers, [c.app.endpoint_caller(slug) for c in containers], clock, pushed
 
 
-def claim(app, agent) -> str:
-    answer = app.claim_next(caller=agent)
+def claim(container, agent) -> str:
+    answer = container.app.claim_next(caller=agent)
     assert not answer["empty"]
     return answer["todo"]["id"]
 
 
-def lane_of(todo_id: str) -> int:
-    return todo_uuid(todo_id).int % LANES
+def lane_of(todo_id: str, lanes: int) -> int:
+    return todo_uuid(todo_id).int % lanes
 
 
-def test_a_claim_that_loses_its_race_takes_a_lane_whose_todos_come_first(two_writers):
-    a, b, agent_a, agent_b, clock, pushed = two_writers
-    assert claim(a.app, agent_a) == pushed[0]  # A reads the next candidates ahead
-    assert claim(b.app, agent_b) == pushed[1]  # B claims the oldest meanwhile
+def ranks(containers) -> list[int]:
+    order = sorted(c.store.lanes.writer for c in containers)
+    return [order.index(c.store.lanes.writer) for c in containers]
+
+
+def claimed_twice(container) -> list[str]:
+    holders = Counter(r["aggregate"] for r in container.app.audit() if r["type"] == "TodoClaimed")
+    return [todo for todo, times in holders.items() if times > 1]
+
+
+def test_three_writers_claiming_one_queue_take_three_lanes_of_its_head(writers):
+    containers, agents, clock, pushed = writers
+    a, b, c = containers
+    assert claim(a, agents[0]) == pushed[0]  # alone so far: the oldest
+    claim(b, agents[1])
+    claim(c, agents[2])
+    clock.advance(seconds=REFRESH.total_seconds())  # each reads who claims there again
+    got = {n: [claim(w, agents[n]) for _ in range(4)] for n, w in enumerate(containers)}
+    for n, rank in enumerate(ranks(containers)):
+        assert containers[n].store.lanes.held(clock.now()) == {(agents[n].scope.endpoint_id, ("work",)): Lane(rank, 3)}
+        assert {lane_of(t, 3) for t in got[n]} == {rank}, got  # only its own lane's todos
+        assert all(t in pushed[:3 + 4 * 3 + 64] for t in got[n])  # from the head of the queue
+    assert claimed_twice(a) == []
+
+
+def test_a_writer_left_alone_claims_oldest_first_again(writers):
+    containers, agents, clock, pushed = writers
+    a, b, _ = containers
+    key = (agents[0].scope.endpoint_id, ("work",))
+    taken = [claim(a, agents[0]), claim(b, agents[1])]
+    clock.advance(seconds=REFRESH.total_seconds())
+    assert a.store.lanes.current(key, clock.now()) is not None  # two claim there
+    clock.advance(seconds=ALIVE.total_seconds() + 1)  # b has not claimed since
+    assert claim(a, agents[0]) == next(t for t in pushed if t not in taken)
     assert a.store.lanes.held(clock.now()) == {}
 
-    # A's read ahead and its cached copy still offer pushed[1]: its append loses to B's, and the
-    # claim runs again on fresh state, now in a lane (spread over the lane's part of the head)
-    got = claim(a.app, agent_a)
-    [(key, lane)] = a.store.lanes.held(clock.now()).items()
-    assert key[1] == ("work",)
-    assert got != pushed[1] and lane_of(got) == lane.lane and got in pushed[2:2 + 32]
 
-    # the lane holds: A's next claims are its lane's oldest
-    rest = [t for t in pushed[2:] if t != got]
-    expected = [t for t in rest if lane_of(t) == lane.lane][:3]
-    assert [claim(a.app, agent_a) for _ in range(3)] == expected
-    # B never lost a race: no lane, oldest first
-    assert b.store.lanes.held(clock.now()) == {}
-    assert claim(b.app, agent_b) == next(t for t in rest if t not in expected)
-
-    holders = Counter(r["aggregate"] for r in a.app.audit() if r["type"] == "TodoClaimed")
-    assert set(holders.values()) == {1}  # nothing handed out twice
-
-
-def test_once_hold_passes_without_a_lost_race_claims_go_oldest_first_again(two_writers):
-    a, b, agent_a, agent_b, clock, pushed = two_writers
-    claim(a.app, agent_a)
-    claim(b.app, agent_b)
-    got = claim(a.app, agent_a)
-    assert a.store.lanes.held(clock.now())
-
-    clock.advance(seconds=HOLD.total_seconds() + 1)
+def test_a_lost_race_makes_its_writer_read_the_others_at_once(writers):
+    containers, agents, clock, pushed = writers
+    a, b, _ = containers
+    assert claim(a, agents[0]) == pushed[0]  # alone: no lane, and A reads the next candidates ahead
+    for read in list(a.store._prefetch._running):  # that read is done before B claims anything
+        read.result(timeout=10)
     assert a.store.lanes.held(clock.now()) == {}
-    oldest = next(t for t in pushed[2:] if t != got)
-    assert claim(a.app, agent_a) == oldest
+    claim(b, agents[1])  # B begins claiming there (it sees A: a lane)
+    if pushed[1] not in [t["id"] for t in b.app.list_todos(caller=agents[1], state="claimed")]:
+        b.app.claim(pushed[1], caller=agents[1])  # and takes the todo A is about to offer
+    # A still believes it is alone (REFRESH has not passed) and offers the oldest of its read
+    # ahead, pushed[1]: that append loses, A reads who claims there at once, and its claim, run
+    # again, takes a todo of its lane
+    got = claim(a, agents[0])
+    key = (agents[0].scope.endpoint_id, ("work",))
+    lane = a.store.lanes.held(clock.now()).get(key)
+    assert lane is not None and lane.lanes == 2, "no lost race, or no lane after it"
+    assert got != pushed[1] and lane_of(got, 2) == lane.lane
+    assert claimed_twice(a) == []
 
+
+def test_the_rows_of_writers_long_gone_are_deleted(writers):
+    containers, agents, clock, pushed = writers
+    a, b, _ = containers
+    claim(b, agents[1])
+    rows = a.store.db.query("SELECT writer, seen_at FROM sb_claimers")
+    assert [w for w, _ in rows] == [b.store.lanes.writer]
+    a.store.db.query("UPDATE sb_claimers SET seen_at = %s", (micros(clock.now() - FORGET) - 1,))
+    clock.advance(seconds=FORGET.total_seconds())  # a's first claim sweeps
+    claim(a, agents[0])
+    assert [w for (w,) in a.store.db.query("SELECT writer FROM sb_claimers")] == [a.store.lanes.writer]

@@ -1,77 +1,115 @@
-"""Claim lanes (interfaces/store/lanes.py, docs/adr/0035): after a lost claim race, a writer offers
-the todos of its lane first among the oldest candidates, for HOLD by the store's clock."""
+"""Claim lanes (interfaces/store/lanes.py, docs/adr/0035): a writer that claims from a queue says so
+and reads who else does, once per REFRESH by the store's clock; with N writers there, the one of
+rank r offers the todos of lane r first among the oldest candidates."""
 
 from __future__ import annotations
 
-import random
 from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
+import pytest
+
 from interfaces.store.candidates import CANDIDATES_PER_BATCH
-from interfaces.store.lanes import HOLD, LANES, ClaimLanes, Lane
+from interfaces.store.lanes import ALIVE, REFRESH, WINDOW, ClaimLanes, Lane
 
 T0 = datetime(2026, 12, 6, tzinfo=timezone.utc)
 KEY = ("ep_1", ("work",))
 
 
+class Registry:
+    """`Claimers` in memory, as `sb_claimers` keeps them (the SQL one: tests/integration)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple, datetime] = {}
+        self.calls = 0
+
+    def __call__(self, key, writer, now):
+        self.calls += 1
+        alive = [w for (k, w), at in self.seen.items() if k == key and at >= now - ALIVE]
+        self.seen[(key, writer)] = now
+        return alive
+
+
 def ids(count: int) -> list[UUID]:
-    """Oldest first; lanes alternate (UUID(int=n) is in lane n % 2)."""
+    """Oldest first; UUID(int=n) is in lane n % lanes."""
     return [UUID(int=n) for n in range(count)]
 
 
-def test_no_lane_until_a_race_is_lost():
+@pytest.mark.parametrize("lanes", [2, 3, 4])
+def test_a_lane_offers_its_todos_of_the_window_first_then_the_rest_oldest_first(lanes):
+    candidates = ids(100)
+    lane = Lane(1, lanes)
+    window = lane.window(2)
+    assert window == min(WINDOW * lanes * 2, CANDIDATES_PER_BATCH)
+    ordered = lane.order(candidates, 2)
+    ours = [c for c in candidates[:window] if c.int % lanes == 1]
+    others = [c for c in candidates[:window] if c.int % lanes != 1]
+    assert ordered == ours + others + candidates[window:]
+    assert sorted(ordered, key=lambda c: c.int) == candidates  # nothing lost, nothing added
+
+
+def test_the_window_is_at_least_what_the_claim_asks_for_and_at_most_a_read():
+    assert Lane(0, 2).window(100) == 100
+    assert Lane(0, 2).window(1) == 2 * WINDOW
+    assert Lane(0, 8).window(10) == CANDIDATES_PER_BATCH
+
+
+def test_a_window_all_of_one_lane_keeps_its_order():
+    same_lane = [UUID(int=n) for n in range(0, 40, 2)]
+    assert Lane(1, 2).order(same_lane, 8) == same_lane  # none of ours: oldest first
+    assert Lane(0, 2).order(same_lane, 8) == same_lane
+
+
+def test_without_a_registry_no_writer_has_a_lane():
     lanes = ClaimLanes()
     assert lanes.current(KEY, T0) is None
     assert lanes.held(T0) == {}
 
 
-def test_a_lane_offers_its_todos_of_the_window_first_then_the_rest_oldest_first():
-    candidates = ids(100)
-    lane = Lane(1, T0, T0 + HOLD)
-    window = Lane.window(8)
-    assert window == min(8 * 8, CANDIDATES_PER_BATCH)
-    ordered = lane.order(candidates, 8)
-    ours = [c for c in candidates[:window] if c.int % LANES == 1]
-    others = [c for c in candidates[:window] if c.int % LANES != 1]
-    assert ordered == ours + others + candidates[window:]
-    assert sorted(ordered, key=lambda c: c.int) == candidates  # nothing lost, nothing added
+def test_a_writer_alone_has_no_lane_and_asks_once_per_refresh():
+    registry = Registry()
+    lanes = ClaimLanes(registry, "a")
+    assert lanes.current(KEY, T0) is None
+    assert lanes.current(KEY, T0 + REFRESH - timedelta(microseconds=1)) is None
+    assert registry.calls == 1
+    assert lanes.current(KEY, T0 + REFRESH) is None
+    assert registry.calls == 2
 
 
-def test_the_window_is_at_least_what_the_claim_asks_for():
-    assert Lane.window(100) == 100
-    assert Lane.window(1) == 8
+def test_writers_claiming_one_queue_take_their_rank_among_them_as_their_lane():
+    registry = Registry()
+    c, a, b = ClaimLanes(registry, "c"), ClaimLanes(registry, "a"), ClaimLanes(registry, "b")
+    assert a.current(KEY, T0) is None  # the first: alone so far
+    assert b.current(KEY, T0) == Lane(1, 2)
+    assert c.current(KEY, T0) == Lane(2, 3)
+    assert a.current(KEY, T0 + REFRESH / 2) is None  # it reads again only after REFRESH
+    later = T0 + REFRESH
+    assert [w.current(KEY, later) for w in (a, b, c)] == [Lane(0, 3), Lane(1, 3), Lane(2, 3)]
+    assert a.held(later) == {KEY: Lane(0, 3)}
+    assert a.current(("ep_1", ("other",)), later) is None  # per queue
 
 
-def test_a_window_all_of_one_lane_keeps_its_order():
-    same_lane = [UUID(int=n) for n in range(0, 40, 2)]
-    assert Lane(1, T0, T0 + HOLD).order(same_lane, 8) == same_lane  # none of ours: oldest first
-    assert Lane(0, T0, T0 + HOLD).order(same_lane, 8) == same_lane
+def test_a_writer_not_heard_of_for_alive_no_longer_counts():
+    registry = Registry()
+    a, b = ClaimLanes(registry, "a"), ClaimLanes(registry, "b")
+    a.current(KEY, T0)
+    assert b.current(KEY, T0) == Lane(1, 2)
+    gone = T0 + ALIVE + timedelta(microseconds=1)  # `a` stopped claiming at T0
+    assert b.current(KEY, gone) is None
 
 
-def test_a_lost_race_takes_a_lane_for_hold_and_each_loss_picks_it_again():
-    lanes = ClaimLanes(random.Random(7))
-    lanes.lost([KEY], T0)
-    first = lanes.current(KEY, T0)
-    assert first is not None and first.until == T0 + HOLD
-    picks = set()
-    for n in range(1, 30):
-        lanes.lost([KEY], T0 + timedelta(seconds=n / 10))
-        picks.add(lanes.current(KEY, T0 + timedelta(seconds=n / 10)).lane)
-    assert picks == set(range(LANES))  # picked at random each time: writers that met part
-    last = T0 + timedelta(seconds=29 / 10)
-    assert lanes.current(KEY, last + HOLD - timedelta(microseconds=1)) is not None
-    assert lanes.current(KEY, last + HOLD) is None  # no lost race for HOLD: oldest first again
-    assert lanes.held(last + HOLD) == {}
+def test_a_lost_race_reads_the_writers_again_at_the_next_claim():
+    registry = Registry()
+    a, b = ClaimLanes(registry, "a"), ClaimLanes(registry, "b")
+    assert a.current(KEY, T0) is None
+    b.current(KEY, T0)  # b begins claiming there, and its claims race a's
+    a.lost([KEY])
+    assert a.current(KEY, T0) == Lane(0, 2)
 
 
-def test_a_clock_that_went_back_ends_the_lane():
-    lanes = ClaimLanes()
-    lanes.lost([KEY], T0)
-    assert lanes.current(KEY, T0 - timedelta(seconds=1)) is None
-
-
-def test_lanes_are_per_queue():
-    lanes = ClaimLanes()
-    lanes.lost([KEY], T0)
-    assert lanes.current(("ep_1", ("other",)), T0) is None
-    assert list(lanes.held(T0)) == [KEY]
+def test_a_clock_that_went_back_reads_the_writers_again():
+    registry = Registry()
+    lanes = ClaimLanes(registry, "a")
+    lanes.current(KEY, T0)
+    lanes.current(KEY, T0 - timedelta(seconds=1))
+    assert registry.calls == 2
