@@ -1,7 +1,8 @@
 """One `switchboard serve` against two on one PostgreSQL, in one run: ingest and MCP drain.
 
 Run:  .venv/bin/python bench/scaling.py [--rounds 3] [--seconds 6] [--senders 8] [--todos 600]
-                                        [--sessions 8] [--app-todos 4000] [--pg-url URL]
+                                        [--sessions 8] [--app-todos 4000] [--app-processes 2,3]
+                                        [--pg-url URL]
 
 Each round: a fresh database and data dir per workload (both processes share the data dir, so
 the same secret key); the one-process and the two-process runs alternate, their order swapping
@@ -14,7 +15,7 @@ count and load average: the scaling the README claims, measured on THIS machine,
 servers, PostgreSQL and the clients share its cores. Claims at the application layer (no HTTP):
 `--app-todos` todos drained with claim_next + complete by `--sessions` threads in one process,
 against two processes with half the threads each (two writers racing for one queue's head:
-docs/adr/0035).
+docs/adr/0035), and against each count of `--app-processes` (e.g. `2,3`: three with a third each).
 """
 
 from __future__ import annotations
@@ -110,8 +111,9 @@ def app_round(processes: int, dbs: Databases, tmp: str, tag: str, args: argparse
             container.close()
         ctx = multiprocessing.get_context("spawn")
         barrier, out = ctx.Barrier(processes), ctx.Queue()
-        children = [ctx.Process(target=_app_claimer, args=(url, data_dir, slug, args.sessions // processes, barrier, out))
-                    for _ in range(processes)]
+        shares = [args.sessions // processes + (i < args.sessions % processes) for i in range(processes)]
+        children = [ctx.Process(target=_app_claimer, args=(url, data_dir, slug, share, barrier, out))
+                    for share in shares]
         for child in children:
             child.start()
         results = [out.get(timeout=600) for _ in children]
@@ -134,12 +136,16 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=8)
     parser.add_argument("--app-todos", type=int, default=4000,
                         help="todos drained at the application layer per run (0: no such round)")
+    parser.add_argument("--app-processes", default="2",
+                        help="process counts the application-layer claims are split over, each against one"
+                             " (comma-separated, e.g. 2,3: docs/adr/0035)")
     parser.add_argument("--pg-url", default=ADMIN_URL)
     args = parser.parse_args()
     dbs = Databases(args.pg_url)
     ingest: dict[int, list[float]] = {1: [], 2: []}
     mcp: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
-    claims: dict[int, list[float]] = {1: [], 2: []}
+    splits = [int(n) for n in args.app_processes.split(",")]
+    claims: dict[int, list[float]] = {n: [] for n in (1, *splits)}
     log(f"scaling bench: {args.rounds} rounds; machine: {os.cpu_count()} cores, load average {load()}")
     with tempfile.TemporaryDirectory(prefix="sb-scaling-bench-") as tmp:
         try:
@@ -148,7 +154,7 @@ def main() -> int:
                 for n in order:
                     ingest[n].append(ingest_round(n, dbs, tmp, f"{r}_{n}", args))
                     log(f"[{r + 1}] ingest, {n} process(es): {ingest[n][-1]:8.1f} deliveries/s  (load {load()})")
-                for n in order if args.app_todos else ():
+                for n in ((1, *splits) if r % 2 == 0 else (*splits, 1)) if args.app_todos else ():
                     claims[n].append(app_round(n, dbs, tmp, f"{r}_{n}", args))
                     log(f"[{r + 1}] claims, {n} process(es): {claims[n][-1]:8.1f} todos/s at the application layer"
                         f"  (load {load()})")
@@ -167,10 +173,11 @@ def main() -> int:
         f" (medians); ratio two/one = {ingest_ratio:.3f} (median of the rounds' ratios)")
     log(f"mcp:    1 process {statistics.median(m['rate'] for m in mcp[1]):.1f} todos/s, 2 processes"
         f" {statistics.median(m['rate'] for m in mcp[2]):.1f} todos/s; ratio two/one = {mcp_ratio:.3f}")
-    if args.app_todos:
-        claims_ratio = statistics.median(b / a for a, b in zip(claims[1], claims[2]))
-        log(f"claims: 1 process {statistics.median(claims[1]):.1f} todos/s, 2 processes"
-            f" {statistics.median(claims[2]):.1f} todos/s (application layer); ratio two/one = {claims_ratio:.3f}")
+    for n in splits if args.app_todos else ():
+        claims_ratio = statistics.median(b / a for a, b in zip(claims[1], claims[n]))
+        log(f"claims: 1 process {statistics.median(claims[1]):.1f} todos/s, {n} processes"
+            f" {statistics.median(claims[n]):.1f} todos/s (application layer, the {args.sessions} claimers split);"
+            f" ratio {n}/one = {claims_ratio:.3f}")
     log(f"load average at the end {load()}")
     return 0
 

@@ -13,7 +13,6 @@ import select
 import sqlite3
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -30,7 +29,9 @@ from psycopg.pq import TransactionStatus
 from application.errors import ConfigurationError, StoreUnavailable, first_line
 from interfaces.store.pipeline import Pipeline, convert
 
-# Every statement is planned for its parameters and for the table as it is now (docs/adr/0013).
+# Every statement is planned for its parameters and for the table as it is now (docs/adr/0013),
+# but on the appender's sessions and the claim reads' (`ONE_PLAN`: each of theirs finds its rows by
+# an index, planned once).
 # psycopg prepares a statement on the server after 5 runs, and PostgreSQL may then keep a generic
 # plan costed on the table as it was: the event log starts with a handful of rows, so the stream
 # look-up was cached as a sequential scan and stayed one (measured: 3,287 scans reading 21.7 M
@@ -528,8 +529,9 @@ class Database:
         self._lock = threading.Lock()
         self._pool: Connections | None = None
         self._indexed: Connections | None = None
-        self._readers: weakref.WeakKeyDictionary[psycopg.Connection, Pipeline] = weakref.WeakKeyDictionary()
-        """`indexed_column`'s pipeline of each connection it has used (its statements prepared there)."""
+        self._readers: dict[int, Pipeline] = {}
+        """`indexed_column`'s pipeline of each of its connections (its statements prepared there), by
+        the connection's id; those of connections closed since are dropped as another comes."""
         if self.dialect == "postgres":
             self._pool = Connections(url.conninfo(application_name=application_name), pool_size, plan_per_run)
             self._indexed = Connections(url.conninfo(application_name=f"{application_name}-claims"), INDEXED_POOL_SIZE,
@@ -659,20 +661,28 @@ class Database:
             return [row[0] for row in self.query(sql, params)]
         try:
             with self._indexed.connection() as conn:
-                reader = self._readers.get(conn)
-                if reader is None:
-                    reader = self._readers[conn] = Pipeline(conn, prefix=b"sb_column_")
+                reader = self._readers.get(id(conn))
+                if reader is None or reader.connection is not conn:
+                    reader = self._reader(conn)
                 try:
                     [result] = reader.run([(sql, params, False)])
                 except BaseException:
                     # a pipeline that failed may leave names it prepared unknown to the server:
                     # the connection goes (pipeline.py), and the pool opens another
-                    self._readers.pop(conn, None)
                     conn.close()
                     raise
                 return [result.get_value(row, 0) for row in range(result.ntuples)]
         except psycopg.OperationalError as error:
             raise StoreUnavailable(f"store unavailable: {first_line(error)}") from None
+
+    def _reader(self, conn: psycopg.Connection) -> Pipeline:
+        """A pipeline for a connection `indexed_column` has not used yet; the pool closes those it
+        gives up (unsound, broken, failed), and their pipelines go with them here."""
+        with self._lock:
+            for key in [key for key, reader in self._readers.items() if reader.connection.closed]:
+                del self._readers[key]
+            reader = self._readers[id(conn)] = Pipeline(conn, prefix=b"sb_column_")
+        return reader
 
     def close(self) -> None:
         if self._pool is not None:

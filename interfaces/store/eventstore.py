@@ -104,6 +104,7 @@ class SqlEventStore:
     def close(self) -> None:
         self.writer.stop()
         self._prefetch.close()
+        self.lanes.leave()
         self.db.close()
         if self.datastore is not None:
             self.datastore.close()

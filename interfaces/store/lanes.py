@@ -11,8 +11,9 @@ the one of rank r among them (their ids sorted) offers a claim the todos of lane
 asks for, at most `CANDIDATES_PER_BATCH`), then the others of that window, then the rest, oldest
 first each. Every writer reads the same rows, so N writers take N disjoint parts, as many as there
 are of them: no part is left to nobody (ADR 35 measured that lanes nobody holds pile up at the
-head, where everybody falls back to them and races again). A writer that joins or leaves moves
-the parts within `REFRESH`, at the cost of a few races. A todo is passed by for at most the
+head, where everybody falls back to them and races again). A writer that joins is counted by the
+others within `REFRESH` (at once by one that loses a race to it); one whose store closes at once,
+one that stops claiming (or dies) after `ALIVE`. Each change costs a few races. A todo is passed by for at most the
 window; correctness never rests on lanes (the append's version check decides who claims). A writer
 alone claims oldest first.
 
@@ -22,8 +23,9 @@ Used on the writer thread only (claims read the store, which an event loop's bat
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
@@ -37,9 +39,13 @@ from projections.base import micros
 log = logging.getLogger("switchboard.store")
 
 CLAIMERS_DDL = (
-    "CREATE TABLE IF NOT EXISTS sb_claimers (endpoint_id TEXT NOT NULL, queues TEXT NOT NULL,"
+    # unlogged: its rows are rewritten every second and worth nothing after a crash (the writers
+    # say they claim again within REFRESH), and a commit that wrote only them waits for no flush
+    "CREATE UNLOGGED TABLE IF NOT EXISTS sb_claimers (endpoint_id TEXT NOT NULL, queues TEXT NOT NULL,"
     " writer TEXT NOT NULL, seen_at BIGINT NOT NULL, PRIMARY KEY (endpoint_id, queues, writer))",
+    "CREATE INDEX IF NOT EXISTS sb_claimers_seen_at ON sb_claimers (seen_at)",
 )
+"""PostgreSQL only: SQLite has one writer process, and no lanes."""
 REFRESH = timedelta(seconds=1)
 """How often a writer that claims from a queue renews its row there and reads the others'."""
 ALIVE = timedelta(seconds=3)
@@ -51,9 +57,15 @@ WINDOW = 4
 at most `CANDIDATES_PER_BATCH` (ADR 35: with two writers, 4 × limit each still lost a race in
 a batch of 40; 8 ×, one in 100)."""
 
-Claimers = Callable[[QueueKey, str, datetime], Sequence[str]]
-"""Says that `writer` claims from the queues of `key` at `now`; answers every writer that has
-within `ALIVE` (its own row may be missing from the answer)."""
+class Claimers(Protocol):
+    """Where the writers say which queues they claim from."""
+
+    def seen(self, key: QueueKey, writer: str, now: datetime) -> Sequence[str]:
+        """Says that `writer` claims from the queues of `key` at `now`; answers every writer that
+        has within `ALIVE` (its own row may be missing from the answer)."""
+
+    def leave(self, writer: str) -> None:
+        """`writer` claims nowhere any more (its store closes)."""
 
 
 @dataclass(frozen=True)
@@ -83,20 +95,40 @@ class ClaimLanes:
         self.writer = writer or uuid4().hex
         self._claimers = claimers
         self._known: dict[QueueKey, tuple[datetime, Lane | None]] = {}
+        self._failing = False
 
     def current(self, key: QueueKey, now: datetime) -> Lane | None:
         """This writer's lane in `key` now (None while it claims there alone): it says it claims
-        there, and reads who else does, once per REFRESH (and after a clock that went back)."""
+        there, and reads who else does, once per REFRESH (and after a clock that went back). Lanes
+        only spare races: when that fails, the claim goes on in the lane it had, and it is tried
+        again after REFRESH."""
         if self._claimers is None:
             return None
         known = self._known.get(key)
         if known is None or not known[0] <= now < known[0] + REFRESH:
-            writers = sorted({*self._claimers(key, self.writer, now), self.writer})
-            lane = Lane(writers.index(self.writer), len(writers)) if len(writers) > 1 else None
+            lane = known[1] if known is not None else None
+            try:
+                writers = sorted({*self._claimers.seen(key, self.writer, now), self.writer})
+            except (StoreUnavailable, psycopg.Error) as error:
+                if not self._failing:
+                    log.warning("claim lanes: the writers claiming from a queue not read (%s); claims go on", error)
+                self._failing = True
+            else:
+                lane = Lane(writers.index(self.writer), len(writers)) if len(writers) > 1 else None
+                self._failing = False
             for gone in [k for k, (at, _) in self._known.items() if not at <= now < at + ALIVE]:
                 del self._known[gone]
             known = self._known[key] = (now, lane)
         return known[1]
+
+    def leave(self) -> None:
+        """This writer claims nowhere any more: the others count one writer less at once, not after
+        ALIVE (best effort: its rows age out anyway)."""
+        if self._claimers is not None and self._known:
+            try:
+                self._claimers.leave(self.writer)
+            except (StoreUnavailable, psycopg.Error):
+                pass
 
     def lost(self, keys: Iterable[QueueKey]) -> None:
         """A batch that read these queues' candidates lost its append to another writer: one that
@@ -112,28 +144,31 @@ class ClaimLanes:
 
 
 class SqlClaimers:
-    """`Claimers` on PostgreSQL's `sb_claimers`: one statement (this writer's row and the others'),
-    and now and then the rows of writers long gone deleted."""
+    """`Claimers` in PostgreSQL's `sb_claimers`, on the claim reads' connections (`indexed_column`:
+    the writer thread never waits for the request pool): one statement says and reads, and now and
+    then another deletes the rows of writers long gone, or dated far ahead by a clock that was."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
         self._swept: datetime | None = None
 
-    def __call__(self, key: QueueKey, writer: str, now: datetime) -> list[str]:
+    def seen(self, key: QueueKey, writer: str, now: datetime) -> list[str]:
         endpoint_id, queues = key
         named = ",".join(queues)  # queue names hold no comma (domain/names.py)
-        rows = self.db.query(
+        writers = self.db.indexed_column(
             "WITH mine AS (INSERT INTO sb_claimers (endpoint_id, queues, writer, seen_at) VALUES (%s, %s, %s, %s)"
             " ON CONFLICT (endpoint_id, queues, writer) DO UPDATE SET seen_at = excluded.seen_at)"
-            " SELECT writer FROM sb_claimers WHERE endpoint_id = %s AND queues = %s AND seen_at >= %s",
-            (endpoint_id, named, writer, micros(now), endpoint_id, named, micros(now - ALIVE)),
+            " SELECT writer FROM sb_claimers WHERE endpoint_id = %s AND queues = %s AND seen_at BETWEEN %s AND %s",
+            (endpoint_id, named, writer, micros(now), endpoint_id, named, micros(now - ALIVE), micros(now + ALIVE)),
         )
         if self._swept is None or not self._swept <= now < self._swept + FORGET:
             self._swept = now
-            try:  # its own statement: rows of one writer at a time lock in one order, never a cycle
-                self.db.query("DELETE FROM sb_claimers WHERE seen_at < %s", (micros(now - FORGET),))
+            try:  # its own statement, so that no statement locks rows of several writers and one of its own
+                self.db.indexed_column("DELETE FROM sb_claimers WHERE seen_at < %s OR seen_at > %s",
+                                       (micros(now - FORGET), micros(now + FORGET)))
             except psycopg.Error as error:  # tidying only: the next sweep deletes them
                 log.warning("claim lanes: old rows of sb_claimers not deleted: %s", error)
-            except StoreUnavailable:
-                pass
-        return [row[0] for row in rows]
+        return [value.decode() if isinstance(value, bytes) else value for value in writers]
+
+    def leave(self, writer: str) -> None:
+        self.db.indexed_column("DELETE FROM sb_claimers WHERE writer = %s", (writer,))

@@ -59,7 +59,7 @@ class Pipeline:
 
     def __init__(self, conn: psycopg.Connection, prefix: bytes = b"sb_") -> None:
         """`prefix`: of the statements it prepares (two pipelines on one connection need two)."""
-        self._conn = conn
+        self.connection = conn
         self._prefix = prefix
         self._pgconn = conn.pgconn
         self._tx = Transformer(conn)
@@ -123,7 +123,7 @@ class Pipeline:
             if owner >= 0:
                 answers.append(result)
         if error is not None:
-            raise error_from_result(error, encoding=self._conn.info.encoding)
+            raise error_from_result(error, encoding=self.connection.info.encoding)
         if len(answers) != count:
             raise psycopg.OperationalError(f"{len(answers)} results for {count} statements")
         return answers

@@ -44,9 +44,11 @@ def create_postgres(tx: Tx, recorder: Any, projections: Sequence[Projection]) ->
 
 
 def migrate(tx: Any, projections: Sequence[Projection], *, dialect: str) -> None:
-    """Our own tables (tracking, rings, claim lanes, the payload store, each projection's) and a tracking row
-    per projection (none for a projection retired)."""
-    for statement in (*Tracking.DDL, *RINGS_DDL, *CLAIMERS_DDL, *CHAIN_DDL, *REFUSALS_DDL, *STALE_READS_DDL, *blobs.DDL[dialect]):
+    """Our own tables (tracking, rings, claim lanes, the payload store, each projection's) and a
+    tracking row per projection (none for a projection retired)."""
+    lanes = CLAIMERS_DDL if dialect == "postgres" else ()
+    for statement in (*Tracking.DDL, *RINGS_DDL, *lanes, *CHAIN_DDL, *REFUSALS_DDL, *STALE_READS_DDL,
+                      *blobs.DDL[dialect]):
         tx.execute(statement)
     tx.execute(f"DELETE FROM sb_tracking WHERE name IN ({', '.join(['%s'] * len(RETIRED))})", RETIRED)
     for projection in projections:

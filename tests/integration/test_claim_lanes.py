@@ -117,3 +117,5 @@ def test_the_rows_of_writers_long_gone_are_deleted(writers):
     clock.advance(seconds=FORGET.total_seconds())  # a's first claim sweeps
     claim(a, agents[0])
     assert [w for (w,) in a.store.db.query("SELECT writer FROM sb_claimers")] == [a.store.lanes.writer]
+    a.store.lanes.leave()  # as its store closes: the others count one writer less at once
+    assert a.store.db.query("SELECT writer FROM sb_claimers") == []

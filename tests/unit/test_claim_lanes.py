@@ -9,6 +9,7 @@ from uuid import UUID
 
 import pytest
 
+from application.errors import StoreUnavailable
 from interfaces.store.candidates import CANDIDATES_PER_BATCH
 from interfaces.store.lanes import ALIVE, REFRESH, WINDOW, ClaimLanes, Lane
 
@@ -20,14 +21,23 @@ class Registry:
     """`Claimers` in memory, as `sb_claimers` keeps them (the SQL one: tests/integration)."""
 
     def __init__(self) -> None:
-        self.seen: dict[tuple, datetime] = {}
+        self.rows: dict[tuple, datetime] = {}
         self.calls = 0
 
-    def __call__(self, key, writer, now):
+    def seen(self, key, writer, now):
         self.calls += 1
-        alive = [w for (k, w), at in self.seen.items() if k == key and at >= now - ALIVE]
-        self.seen[(key, writer)] = now
+        alive = [w for (k, w), at in self.rows.items() if k == key and now - ALIVE <= at <= now + ALIVE]
+        self.rows[(key, writer)] = now
         return alive
+
+    def leave(self, writer):
+        self.rows = {(k, w): at for (k, w), at in self.rows.items() if w != writer}
+
+
+class Down(Registry):
+    def seen(self, key, writer, now):
+        self.calls += 1
+        raise StoreUnavailable("store unavailable: no connection")
 
 
 def ids(count: int) -> list[UUID]:
@@ -105,6 +115,38 @@ def test_a_lost_race_reads_the_writers_again_at_the_next_claim():
     b.current(KEY, T0)  # b begins claiming there, and its claims race a's
     a.lost([KEY])
     assert a.current(KEY, T0) == Lane(0, 2)
+
+
+def test_a_writer_whose_store_closes_no_longer_counts_at_once():
+    registry = Registry()
+    a, b = ClaimLanes(registry, "a"), ClaimLanes(registry, "b")
+    a.current(KEY, T0)
+    assert b.current(KEY, T0) == Lane(1, 2)
+    a.leave()
+    assert b.current(KEY, T0 + REFRESH) is None
+
+
+def test_a_writer_dated_ahead_by_its_clock_counts_only_within_alive_of_now():
+    registry = Registry()
+    ahead, b = ClaimLanes(registry, "ahead"), ClaimLanes(registry, "b")
+    ahead.current(KEY, T0 + ALIVE * 10)  # its clock ran ahead, then it died
+    assert b.current(KEY, T0) is None
+
+
+def test_when_the_writers_cannot_be_read_claims_go_on_in_the_lane_they_had(caplog):
+    registry = Registry()
+    a, b = ClaimLanes(registry, "a"), ClaimLanes(registry, "b")
+    a.current(KEY, T0)
+    assert b.current(KEY, T0) == Lane(1, 2)
+    down = Down()
+    b._claimers = down  # the table cannot be reached from now on
+    later = T0 + REFRESH
+    assert b.current(KEY, later) == Lane(1, 2)
+    assert b.current(KEY, later + REFRESH / 2) == Lane(1, 2) and down.calls == 1  # not again before REFRESH
+    assert b.current(KEY, later + REFRESH) == Lane(1, 2) and down.calls == 2
+    warnings = [r for r in caplog.records if "claim lanes" in r.getMessage()]
+    assert len(warnings) == 1  # said once, not at every try
+    assert ClaimLanes(down, "c").current(KEY, T0) is None  # none had: none (oldest first)
 
 
 def test_a_clock_that_went_back_reads_the_writers_again():
