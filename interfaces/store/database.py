@@ -651,8 +651,9 @@ class Database:
             raise StoreUnavailable(f"store unavailable: {first_line(error)}") from None
 
     def indexed_column(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        """The first column of the rows of one read that finds them by an index whatever the
-        tables' sizes (autocommit). On PostgreSQL as the text the server sends, in bytes, on
+        """The first column of the rows of one statement that finds them by an index whatever the
+        tables' sizes (autocommit): the claims' reads of their candidates, and the claim lanes'
+        statements (lanes.py). On PostgreSQL as the text the server sends, in bytes, on
         connections of its own that plan each statement once (ONE_PLAN) and through the `pq`
         layer (pipeline.py): for the 64 candidate ids a claim batch reads, a cursor on the request
         pool took 3× the CPU here and its planning per run ~200 µs of the server's (docs/adr/0004,

@@ -279,7 +279,7 @@ class SqlEventStore:
         for queue in queues:
             params += [endpoint_id, queue, micros(now), limit]
         digits = self.db.indexed_column(f"SELECT substr(todo_id, {len(TODO_PREFIX) + 1}) FROM ({sql}) AS c"
-                                " ORDER BY created_at, todo_id LIMIT %s", (*params, limit))
+                                        " ORDER BY created_at, todo_id LIMIT %s", (*params, limit))
         return [uuid_of_hex(value) for value in digits]
 
     @staticmethod

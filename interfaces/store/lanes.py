@@ -13,7 +13,8 @@ first each. Every writer reads the same rows, so N writers take N disjoint parts
 are of them: no part is left to nobody (ADR 35 measured that lanes nobody holds pile up at the
 head, where everybody falls back to them and races again). A writer that joins is counted by the
 others within `REFRESH` (at once by one that loses a race to it); one whose store closes at once,
-one that stops claiming (or dies) after `ALIVE`. Each change costs a few races. A todo is passed by for at most the
+one that stops claiming (or dies) after `ALIVE`. Each change costs a few races. A writer keeps to
+its lane only for `HOLD` after a race it lost there: processes that claim in turn take the oldest. A todo is passed by for at most the
 window; correctness never rests on lanes (the append's version check decides who claims). A writer
 alone claims oldest first.
 
@@ -25,8 +26,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 from datetime import datetime, timedelta
+from typing import Protocol
 from uuid import UUID, uuid4
 
 import psycopg
@@ -46,6 +47,9 @@ CLAIMERS_DDL = (
     "CREATE INDEX IF NOT EXISTS sb_claimers_seen_at ON sb_claimers (seen_at)",
 )
 """PostgreSQL only: SQLite has one writer process, and no lanes."""
+HOLD = timedelta(seconds=5)
+"""A writer offers its lane's todos first only for that long after it lost a claim race there:
+processes that claim in turn, never at once, each take the oldest (CONTRACT §6)."""
 REFRESH = timedelta(seconds=1)
 """How often a writer that claims from a queue renews its row there and reads the others'."""
 ALIVE = timedelta(seconds=3)
@@ -56,6 +60,7 @@ WINDOW = 4
 """Per writer: a lane's todos are offered first among the oldest `WINDOW × N × limit` candidates,
 at most `CANDIDATES_PER_BATCH` (ADR 35: with two writers, 4 × limit each still lost a race in
 a batch of 40; 8 ×, one in 100)."""
+
 
 class Claimers(Protocol):
     """Where the writers say which queues they claim from."""
@@ -95,6 +100,8 @@ class ClaimLanes:
         self.writer = writer or uuid4().hex
         self._claimers = claimers
         self._known: dict[QueueKey, tuple[datetime, Lane | None]] = {}
+        self._lost: dict[QueueKey, datetime] = {}
+        """When this writer last lost a claim race there."""
         self._failing = False
 
     def current(self, key: QueueKey, now: datetime) -> Lane | None:
@@ -119,7 +126,8 @@ class ClaimLanes:
             for gone in [k for k, (at, _) in self._known.items() if not at <= now < at + ALIVE]:
                 del self._known[gone]
             known = self._known[key] = (now, lane)
-        return known[1]
+        lost = self._lost.get(key)
+        return known[1] if lost is not None and lost <= now < lost + HOLD else None
 
     def leave(self) -> None:
         """This writer claims nowhere any more: the others count one writer less at once, not after
@@ -130,17 +138,19 @@ class ClaimLanes:
             except (StoreUnavailable, psycopg.Error):
                 pass
 
-    def lost(self, keys: Iterable[QueueKey]) -> None:
+    def lost(self, keys: Iterable[QueueKey], now: datetime) -> None:
         """A batch that read these queues' candidates lost its append to another writer: one that
         began claiming there since this writer last read who does, it may be. Read again at the
         next claim there, not at the next REFRESH."""
         for key in keys:
             self._known.pop(key, None)
+            self._lost[key] = now
 
     def held(self, now: datetime) -> dict[QueueKey, Lane]:
         """The lanes this writer holds now (as last read)."""
         return {key: lane for key, (at, lane) in self._known.items()
-                if lane is not None and at <= now < at + REFRESH}
+                if lane is not None and at <= now < at + REFRESH
+                and (lost := self._lost.get(key)) is not None and lost <= now < lost + HOLD}
 
 
 class SqlClaimers:
@@ -168,7 +178,7 @@ class SqlClaimers:
                                        (micros(now - FORGET), micros(now + FORGET)))
             except psycopg.Error as error:  # tidying only: the next sweep deletes them
                 log.warning("claim lanes: old rows of sb_claimers not deleted: %s", error)
-        return [value.decode() if isinstance(value, bytes) else value for value in writers]
+        return [value.decode() for value in writers]  # PostgreSQL's text, as bytes
 
     def leave(self, writer: str) -> None:
         self.db.indexed_column("DELETE FROM sb_claimers WHERE writer = %s", (writer,))

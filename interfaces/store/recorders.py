@@ -32,7 +32,7 @@ from application.errors import CommitOutcomeUnknown, StoreUnavailable
 from domain.doorbell import FREED, RING
 from interfaces.store import blobs
 from interfaces.store.database import (
-    ONE_PLAN, Database, DatabaseUrl, array_param, coalesce_ops, first_line, idle_and_sound, run_ops,
+    Database, DatabaseUrl, array_param, coalesce_ops, first_line, idle_and_sound, plan_once, run_ops,
 )
 from interfaces.store.pipeline import Pipeline, Sent, Statement
 from projections.base import Op
@@ -58,9 +58,6 @@ FENCE_WAIT_MS = 1000
 # Errors that come from the server refusing a statement leave the outcome known (nothing was
 # committed); these classes (connection, operator intervention, system, internal) do not.
 _UNSURE_CLASSES = ("08", "57", "58", "XX")
-WRITER_PLANS = ONE_PLAN
-"""The appender's session (docs/adr/0013): each of its statements is planned once, for any table
-size — every one names its rows by an indexed key."""
 
 
 class PooledPostgresDatastore(PostgresDatastore):
@@ -172,12 +169,11 @@ class PostgresEventRecorder(PostgresApplicationRecorder):
 
     def _open(self, kind: str, *, nonblocking: bool = False) -> Session:
         """A writer session: a name of its own (`kind-<hex>`), so that after a lost answer this very
-        session can be found and ended, and the appender's plans (WRITER_PLANS)."""
+        session can be found and ended, each statement planned once (`plan_once`, docs/adr/0013)."""
         name = f"{kind}-{uuid4().hex[:16]}"
         conn = psycopg.connect(self._url.conninfo(application_name=name), autocommit=True)
         try:
-            for setting in WRITER_PLANS:
-                conn.execute(setting)
+            plan_once(conn)
             if nonblocking:
                 conn.pgconn.nonblocking = 1
         except BaseException:

@@ -495,7 +495,7 @@ class Writer:
         """Another writer appended first: where this batch read claim candidates, this writer
         reads again which writers claim there (interfaces/store/lanes.py)."""
         if isinstance(error, IntegrityError) and batch.candidates:
-            self._reads.lanes.lost(batch.candidates)
+            self._reads.lanes.lost(batch.candidates, self._clock.now())
 
     def _run_alone(self, job: Job) -> None:
         for attempt in range(MAX_RETRIES):

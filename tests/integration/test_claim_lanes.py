@@ -66,6 +66,8 @@ def test_three_writers_claiming_one_queue_take_three_lanes_of_its_head(writers):
     claim(b, agents[1])
     claim(c, agents[2])
     clock.advance(seconds=REFRESH.total_seconds())  # each reads who claims there again
+    for w, agent in zip(containers, agents):  # each has lost a race there (a real one: the test below)
+        w.store.lanes.lost([(agent.scope.endpoint_id, ("work",))], clock.now())
     got = {n: [claim(w, agents[n]) for _ in range(4)] for n, w in enumerate(containers)}
     for n, rank in enumerate(ranks(containers)):
         assert containers[n].store.lanes.held(clock.now()) == {(agents[n].scope.endpoint_id, ("work",)): Lane(rank, 3)}
@@ -80,6 +82,7 @@ def test_a_writer_left_alone_claims_oldest_first_again(writers):
     key = (agents[0].scope.endpoint_id, ("work",))
     taken = [claim(a, agents[0]), claim(b, agents[1])]
     clock.advance(seconds=REFRESH.total_seconds())
+    a.store.lanes.lost([key], clock.now())  # as after a race lost to b
     assert a.store.lanes.current(key, clock.now()) is not None  # two claim there
     clock.advance(seconds=ALIVE.total_seconds() + 1)  # b has not claimed since
     assert claim(a, agents[0]) == next(t for t in pushed if t not in taken)

@@ -11,7 +11,7 @@ import pytest
 
 from application.errors import StoreUnavailable
 from interfaces.store.candidates import CANDIDATES_PER_BATCH
-from interfaces.store.lanes import ALIVE, REFRESH, WINDOW, ClaimLanes, Lane
+from interfaces.store.lanes import ALIVE, HOLD, REFRESH, WINDOW, ClaimLanes, Lane
 
 T0 = datetime(2026, 12, 6, tzinfo=timezone.utc)
 KEY = ("ep_1", ("work",))
@@ -38,6 +38,13 @@ class Down(Registry):
     def seen(self, key, writer, now):
         self.calls += 1
         raise StoreUnavailable("store unavailable: no connection")
+
+
+def contended(registry, writer: str) -> ClaimLanes:
+    """A writer that has just lost a claim race on KEY (its lane holds for HOLD)."""
+    lanes = ClaimLanes(registry, writer)
+    lanes.lost([KEY], T0)
+    return lanes
 
 
 def ids(count: int) -> list[UUID]:
@@ -88,7 +95,7 @@ def test_a_writer_alone_has_no_lane_and_asks_once_per_refresh():
 
 def test_writers_claiming_one_queue_take_their_rank_among_them_as_their_lane():
     registry = Registry()
-    c, a, b = ClaimLanes(registry, "c"), ClaimLanes(registry, "a"), ClaimLanes(registry, "b")
+    c, a, b = contended(registry, "c"), contended(registry, "a"), contended(registry, "b")
     assert a.current(KEY, T0) is None  # the first: alone so far
     assert b.current(KEY, T0) == Lane(1, 2)
     assert c.current(KEY, T0) == Lane(2, 3)
@@ -101,7 +108,7 @@ def test_writers_claiming_one_queue_take_their_rank_among_them_as_their_lane():
 
 def test_a_writer_not_heard_of_for_alive_no_longer_counts():
     registry = Registry()
-    a, b = ClaimLanes(registry, "a"), ClaimLanes(registry, "b")
+    a, b = contended(registry, "a"), contended(registry, "b")
     a.current(KEY, T0)
     assert b.current(KEY, T0) == Lane(1, 2)
     gone = T0 + ALIVE + timedelta(microseconds=1)  # `a` stopped claiming at T0
@@ -113,13 +120,21 @@ def test_a_lost_race_reads_the_writers_again_at_the_next_claim():
     a, b = ClaimLanes(registry, "a"), ClaimLanes(registry, "b")
     assert a.current(KEY, T0) is None
     b.current(KEY, T0)  # b begins claiming there, and its claims race a's
-    a.lost([KEY])
+    a.lost([KEY], T0)
     assert a.current(KEY, T0) == Lane(0, 2)
+    assert a.current(KEY, T0 + HOLD) is None  # no race lost for HOLD: oldest first again
+
+
+def test_writers_that_lost_no_race_claim_oldest_first_though_others_claim_there():
+    registry = Registry()
+    a, b = ClaimLanes(registry, "a"), ClaimLanes(registry, "b")
+    a.current(KEY, T0)
+    assert b.current(KEY, T0) is None  # processes taking turns each take the oldest (CONTRACT §6)
 
 
 def test_a_writer_whose_store_closes_no_longer_counts_at_once():
     registry = Registry()
-    a, b = ClaimLanes(registry, "a"), ClaimLanes(registry, "b")
+    a, b = contended(registry, "a"), contended(registry, "b")
     a.current(KEY, T0)
     assert b.current(KEY, T0) == Lane(1, 2)
     a.leave()
@@ -128,14 +143,14 @@ def test_a_writer_whose_store_closes_no_longer_counts_at_once():
 
 def test_a_writer_dated_ahead_by_its_clock_counts_only_within_alive_of_now():
     registry = Registry()
-    ahead, b = ClaimLanes(registry, "ahead"), ClaimLanes(registry, "b")
+    ahead, b = contended(registry, "ahead"), contended(registry, "b")
     ahead.current(KEY, T0 + ALIVE * 10)  # its clock ran ahead, then it died
     assert b.current(KEY, T0) is None
 
 
 def test_when_the_writers_cannot_be_read_claims_go_on_in_the_lane_they_had(caplog):
     registry = Registry()
-    a, b = ClaimLanes(registry, "a"), ClaimLanes(registry, "b")
+    a, b = contended(registry, "a"), contended(registry, "b")
     a.current(KEY, T0)
     assert b.current(KEY, T0) == Lane(1, 2)
     down = Down()
