@@ -298,11 +298,12 @@ class BatchSplit:
 
         def timed(function: Callable, key: str) -> Callable:
             def run(*args, **kwargs):
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.thread_time()
                 try:
                     return function(*args, **kwargs)
                 finally:
                     self._row[key] = self._row.get(key, 0.0) + time.perf_counter() - started
+                    self._row[key + " cpu"] = self._row.get(key + " cpu", 0.0) + time.thread_time() - cpu
             return run
 
         def handled(run, job, attempt):  # the writer runs each job's handler as it takes the job
@@ -362,6 +363,7 @@ class BatchSplit:
             ("handlers", lambda r: r.get("handlers", 0.0)),
             ("encode + ops", lambda r: r.get("append", 0.0) - r["round trip"]),
             ("append round trip", lambda r: r["round trip"]),
+            ("  of it writer CPU", lambda r: r["round trip cpu"]),
             ("after the append", lambda r: r.get("commit", 0.0) - r.get("append", 0.0)),
         )
         for label, value in columns:
