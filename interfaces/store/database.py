@@ -296,7 +296,7 @@ def _numbered(sql: str) -> bytes | None:
         query, formats = convert(sql.encode())
     except ValueError:  # a placeholder `convert` does not know: left to psycopg
         return None
-    return query if all(f is PyFormat.AUTO for f in formats) else None
+    return query if formats.count(PyFormat.AUTO) == len(formats) else None  # one C loop: a page's VALUES has thousands
 
 
 def storable(params: Sequence[Any]) -> tuple[Any, ...]:

@@ -93,11 +93,12 @@ class Projector:
                     tx.execute(f"DELETE FROM {table}")
             after, total = 0, 0
             while True:  # on this transaction's connection (a pool of one would wait for itself)
-                recorded = self.store.read_log_in(tx, after, PAGE * 5)
+                recorded = self.store.read_log_in(tx, after, PAGE)
                 if not recorded:
                     break
-                for projection in self.store.projections:
-                    tx.run_ops([op for r in recorded for op in projection.ops(r.event, r.position)])
+                # coalesced as a catch-up page's are (the same bound on a statement's parameters)
+                tx.apply_ops([op for projection in self.store.projections for r in recorded
+                              for op in projection.ops(r.event, r.position)])
                 after = recorded[-1].position
                 total += len(recorded)
             for projection in self.store.projections:
