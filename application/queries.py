@@ -13,6 +13,7 @@ from application.explain import explain
 from application.payloads import HIDDEN, OMITTED, history_payloads
 from application.ports import EventStore, Views
 from application.presenters import ceiling, shown
+from domain.payloads import PAYLOAD_FIELDS
 from domain.delivery import DELIVERY_PREFIX, Delivery
 from domain.endpoint import Endpoint, endpoint_uuid_of
 from domain.errors import Forbidden, InvalidArgument
@@ -65,7 +66,9 @@ class Queries:
         """Every event of a todo in order, with position, version, time, type, actor, cause and data.
 
         With `payloads=False` an event's `payload` is left out of its data (named in `omitted`), and
-        never converted: a reader that shows the payload elsewhere does not pay for it twice."""
+        never converted: a reader that shows the payload elsewhere does not pay for it twice. An
+        event whose payload or result is stored by reference names it in `digests` (`{sha256,
+        size}` of the stored bytes, as the audit export does), pruned or not."""
         todo = self.access.todo(todo_id, caller)
         stream = self.store.stream(todo.id)
         fields = iter(history_payloads(self.store, [r.event for r in stream], payloads=payloads))
@@ -81,10 +84,14 @@ class Queries:
                         omitted.append(name)
                 else:
                     data[name] = value
+            digests = {inline: {"sha256": ref["sha256"], "size": ref["size"]}
+                       for inline, reference, _ in PAYLOAD_FIELDS.get(type(event).__name__, ())
+                       if (ref := getattr(event, reference)) is not None}
             events.append({
                 "position": recorded.position, "version": recorded.event.originator_version,
                 "time": time, "type": type(recorded.event).__name__, "actor": actor, "cause": cause,
                 "data": shown(data), **({"omitted": omitted} if omitted else {}),
+                **({"digests": digests} if digests else {}),
             })
         return {"todo_id": todo.todo_id, "events": events}
 

@@ -224,6 +224,30 @@ def test_todo_history_text_shows_payloads_by_size_and_digest_and_json_shows_them
     assert whole["events"][-1]["data"]["result"] == {"ok": True}
 
 
+def test_todo_history_digests_are_those_of_the_stored_bytes_as_the_audit_export_names_them(
+        store_url, tmp_path, make_container):
+    """A delivery's todo: the raw body's size and SHA-256 (not a re-encoding of the parsed JSON);
+    a push: its canonical JSON's, whatever the order of its keys. The same in the JSON `digests`,
+    in the audit export, and after a prune in its note."""
+    cli = Cli(store_url, tmp_path)
+    container, vended = _seed(make_container, store_url)
+    hook = _github_hook(container, vended)
+    body = fixture("github_issues_opened.json")
+    delivered = _deliver(container, hook, body)["todos"][0]["id"]
+    pushed = container.app.push(vended["slug"], "keys out of order", caller=CLI, payload={"b": 1, "a": 2})["todo"]["id"]
+    canonical = b'{"a":2,"b":1}'
+
+    for todo_id, stored in ((delivered, body), (pushed, canonical)):
+        expected = f"payload: {len(stored):,} bytes, sha256 {hashlib.sha256(stored).hexdigest()}"
+        assert expected in cli.run("todo", "history", todo_id).ok().stdout
+        opened = cli.json("todo", "history", todo_id)["events"][0]
+        assert opened["digests"] == {"payload": {"sha256": hashlib.sha256(stored).hexdigest(), "size": len(stored)}}
+    assert container.app.get_todo(delivered, caller=CLI)["payload_size"] == len(body)
+    exported = [json.loads(line) for line in cli.run("audit", "export").ok().stdout.splitlines() if line.strip()]
+    named = {r["digests"]["payload"]["sha256"] for r in exported if r.get("type") == "TodoOpened"}
+    assert {hashlib.sha256(body).hexdigest(), hashlib.sha256(canonical).hexdigest()} <= named
+
+
 def test_rules_test_text_numbers_rules_from_one_and_says_why_a_fault_happened(store_url, tmp_path, make_container):
     cli = Cli(store_url, tmp_path)
     container, vended = _seed(make_container, store_url)
