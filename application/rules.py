@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from application.access import Access, Caller
 from application.hooks import Hooks
+from application.payloads import delivery_payload, pruned_note
 from application.ports import RuleEngine, Views
 from domain.endpoint import Endpoint, endpoint_uuid_of
-from domain.errors import InvalidArgument, NotFound
+from domain.errors import Conflict, InvalidArgument, NotFound
 from domain.ingest import delivery_kind, derive_title, redact_headers, trust_of
 from domain.routing import (
     Faulted, NoMatch, RuleSet, check_grant, decide, envelope, parse_rule_set, rule_label, subject_of,
@@ -102,7 +103,8 @@ class Rules:
     def test_rules(self, webhook_id: str, *, caller: Caller, payload: Any = None, headers: Mapping[str, str] | None = None,
                    event_id: str | None = None, candidate: Mapping[str, Any] | None = None,
                    has_payload: bool = False) -> dict[str, Any]:
-        """A dry run of saved or candidate rules on one payload or one stored delivery; saves nothing."""
+        """A dry run of saved or candidate rules on one payload or one stored delivery (one whose body
+        retention pruned is a conflict that says so); saves nothing."""
         webhook, owner = self.access.webhook(webhook_id, caller)
         has_payload = has_payload or payload is not None  # the flag only marks a JSON null payload as given
         if has_payload == (event_id is not None):
@@ -113,7 +115,7 @@ class Rules:
             self.views.catch_up()
             stored = self.views.delivery_envelope(webhook.webhook_id, event_id)
             if stored is None:
-                raise NotFound(f"event {event_id} not found")
+                self._refuse_missing(webhook, event_id, caller)
             env = json.loads(stored)
         else:
             lowered = {str(k).lower(): str(v) for k, v in (headers or {}).items()}
@@ -134,6 +136,16 @@ class Rules:
                           subject=subject_of(webhook.source_type, env.get("kind"), env.get("payload")),
                           webhook_id=webhook.webhook_id)
         return {"decision": decision.to_json(), "trace": decision.trace, "envelope": env}
+
+    def _refuse_missing(self, webhook: Webhook, event_id: str, caller: Caller) -> NoReturn:
+        """A delivery of this webhook whose body retention pruned is a conflict that says so; any
+        other delivery the views do not hold (unknown, foreign, another webhook's) is not found."""
+        delivery = self.access.delivery(event_id, caller)  # not_found: unknown or foreign
+        if delivery.webhook_id == webhook.webhook_id:
+            _, _, pruned = delivery_payload(self.hooks.store, delivery)
+            if pruned is not None:
+                raise Conflict(f"event {event_id} has no body to dry-run: {pruned_note(pruned)['text']}")
+        raise NotFound(f"event {event_id} not found")
 
     def _scopes(self, webhook: Webhook) -> dict[str, tuple[str, ...]]:
         """Each target endpoint's queues (what `exclusive` picks by)."""

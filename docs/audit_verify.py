@@ -62,7 +62,9 @@ def check(path):
         if line["version"] != last + 1 and (last or lines[0]["prev_hash"] == ZERO):
             return f"position {p}: {'duplicated' if line['version'] <= last else 'out of order'}"
         versions[line["aggregate"]], last_p = line["version"], p
-    print(f"chain intact: {len(lines)} events, head {head}")
+    start = lines[0]["prev_hash"] if lines else ZERO  # not zero: an export made with --after
+    after = f" (from position {lines[0]['position']}, after prev_hash {start})" if start != ZERO else ""
+    print(f"chain intact: {len(lines)} events, head {head}{after}")
     return None
 
 

@@ -18,7 +18,7 @@ from domain.errors import InvalidArgument
 from domain.retention import parse_age
 from domain.todo import Todo
 from interfaces.store.views import RECLAIM_LOCK_WAIT_MS
-from tests.contract.harness import CLI, Harness, agent, container_on, unique
+from tests.contract.harness import CLI, Harness, agent, container_on, raised, unique
 from tests.contract.test_payloads_once import BODY, fan_out, github
 
 BATCH = 500
@@ -255,3 +255,38 @@ def test_an_export_with_payloads_leaves_the_pruned_ones_out_and_still_verifies(s
     lines = [json.dumps(r) for r in records]
     verdict = verify_lines(lambda: lines, lambda line: (json.loads(line), True))
     assert (verdict.count, verdict.head) == (len(records), sb.container.audit.head()["hash"])
+
+
+def test_a_dry_run_on_a_delivery_whose_body_was_pruned_says_so_and_a_foreign_one_stays_not_found(sb):
+    hook, hooked = fan_out(sb, 1)
+    other_hook, others = fan_out(sb, 1)
+    webhooks = sb.container.webhooks
+    sibling = webhooks.create(caller=CLI, endpoint=hooked[0]["slug"], source_type="github", target_queue="work")
+    pruned = github(sb, hook)
+    foreign = github(sb, other_hook, BODY.replace(b'"number": 12', b'"number": 15'))
+    for todo, owner in ((pruned, hooked[0]), (foreign, others[0])):
+        sb.app.claim(todo["id"], caller=agent(owner))
+        sb.app.complete(todo["id"], caller=agent(owner))
+    sb.clock.advance(days=31)
+    kept = github(sb, hook, BODY.replace(b'"number": 12', b'"number": 14'))
+    assert sb.container.retention.prune("30d", caller=CLI)["deliveries"] == 2
+    me = agent(hooked[0])
+
+    refusal = raised(lambda: webhooks.test_rules(hook["webhook_id"], caller=me, event_id=pruned["event_id"]))
+
+    note = webhooks.get_event(pruned["event_id"], caller=CLI)["payload_pruned"]
+    assert refusal.code == "conflict", refusal
+    assert str(refusal) == f"event {pruned['event_id']} has no body to dry-run: {note['text']}"
+    assert f"(sha256 {hashlib.sha256(BODY).hexdigest()}, {len(BODY)} bytes)" in str(refusal)
+    # another owner's delivery, another webhook's, and an unknown id: not found, alike (foreign ≡ random)
+    random_id = "ev_" + uuid4().hex
+    for webhook_id, caller, event_id in ((hook["webhook_id"], me, foreign["event_id"]),
+                                         (other_hook["webhook_id"], agent(others[0]), pruned["event_id"]),
+                                         (sibling["webhook_id"], me, pruned["event_id"]),
+                                         (hook["webhook_id"], me, random_id), (hook["webhook_id"], me, "nonsense")):
+        missing = raised(lambda: webhooks.test_rules(webhook_id, caller=caller, event_id=event_id))
+        assert (missing.code, str(missing)) == ("not_found", f"event {event_id} not found")
+    # the body kept still dry-runs; a replay evaluates only the deliveries that have a body
+    assert webhooks.test_rules(hook["webhook_id"], caller=me, event_id=kept["event_id"])["envelope"]["payload"]
+    candidate = {"rules": [{"id": "all", "expr": "true", "action": {"drop": True}}]}
+    assert webhooks.replay(hook["webhook_id"], candidate, caller=me)["evaluated"] == 1

@@ -105,6 +105,14 @@ def test_an_export_verifies_with_the_cli_and_the_stdlib_script(store_url, tmp_pa
     # an export from a position continues the same chain
     tail = cli.run("audit", "export", "--after", str(records[2]["position"])).ok().stdout
     assert [json.loads(line) for line in tail.splitlines()] == records[3:]
+    # and both verifiers say where it starts
+    tail_path = tmp_path / "tail.jsonl"
+    tail_path.write_text(tail)
+    from_third = (f"chain intact: {len(records) - 3} events, head {records[-1]['hash']}"
+                  f" (from position {records[3]['position']}, after prev_hash {records[2]['hash']})")
+    assert cli.run("audit", "verify", "--file", str(tail_path)).ok().stdout.strip() == from_third
+    script = _script(tail_path)
+    assert (script.returncode, script.stdout.strip()) == (0, from_third), script.stderr
 
 
 @pytest.mark.parametrize("edit", [_edit_byte, _edit_payload, _delete, _duplicate, _swap],
