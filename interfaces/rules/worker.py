@@ -79,11 +79,14 @@ class Progress:
 
 
 def clean_message(error: BaseException) -> str:
-    """The first line of a jq message, without its `jq: error: ` prefix, cut to a sane length."""
+    """The first line of a jq message, without its `jq: error: ` prefix, cut to a sane length (and
+    without the colon that introduced the program excerpt jq prints below a compile error)."""
     lines = str(error).strip().splitlines() or ["unknown error"]
     line = lines[0]
     if line.startswith("jq: error: "):
         line = line[len("jq: error: "):]
+    if len(lines) > 1 and line.endswith(":"):
+        line = line[:-1]
     if len(line) > REASON_MAX_CHARS:
         line = line[: REASON_MAX_CHARS - 1] + "…"
     return line

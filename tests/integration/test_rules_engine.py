@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -196,6 +197,7 @@ def test_check_compiles_names_the_rule_that_does_not_compile(engine):
         engine.check_compiles(rules("true", "foo(", "true"))
     assert caught.value.code == "invalid_expression"
     assert caught.value.message.startswith("rule #2 (r1): does not compile: syntax error")
+    assert re.search(r", line \d+, column \d+$", caught.value.message), caught.value.message  # not jq's dangling ':'
     with pytest.raises(RuleError) as caught:
         engine.check_compiles(rules("no_such_function"))
     assert caught.value.message.startswith("rule #1 (r0): does not compile: no_such_function/0 is not defined")
