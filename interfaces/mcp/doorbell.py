@@ -203,7 +203,7 @@ class Doorbell:
     async def _ring_attached(self, tasks: Any, refused: set[QueueKey], ringing: set[str], now: datetime) -> None:
         """Rings each session that has just opened its stream for the oldest claimable todo of its
         queues that can admit (that session only: no other session is rung for it), unless that
-        todo is being rung by this scan anyway."""
+        todo is being rung by this scan anyway; its ring 0 is then not sent by this process."""
         attached, self._attached = self._attached, []
         for session, until in attached:
             if self.registry.get(session.session_id) is not session or not session.has_stream:
@@ -217,6 +217,9 @@ class Doorbell:
                 continue
             waiting = await anyio.to_thread.run_sync(self.queues.oldest_waiting, session.endpoint_id, queues, now, 0)
             if waiting is not None and waiting.todo_id not in ringing:
+                # Its ring 0 is decided here: a todo that became claimable after this scan read
+                # its due rings would otherwise be rung again by the next scan.
+                self._decided[waiting.key] = now + 2 * RING_GRACE
                 tasks.start_soon(self._push, [session], waiting)
 
     def _rotate(self, endpoint_id: str, sessions: Sequence[LiveSession]) -> list[LiveSession]:

@@ -283,3 +283,31 @@ def test_attach_passes_over_a_queue_at_max_in_flight_and_a_todo_not_yet_due(manu
     clock.advance(minutes=2)
     waiting = [t["id"] for t in app.list_todos(caller=CLI, queue="full", state="pending")]
     assert anyio.run(attach_and_listen, endpoint) == waiting
+
+
+def test_a_todo_rung_on_attach_is_not_rung_again_by_its_first_due_ring(manual):
+    """A todo that becomes claimable between a scan's read of the due rings and its ring on
+    attach is rung on attach; its ring 0, due at the next scan, must not ring the session again
+    (seen under load: `[first, first]`)."""
+    server, _ = manual
+    endpoint = vend(server)
+    app = server.container.app
+    doorbell = server.gateway.doorbell
+    real_due, landed = doorbell.rings.due, []
+
+    def due_then_a_commit(endpoints, now):  # the push lands right after this scan read its due rings
+        rings = real_due(endpoints, now)
+        if not landed:
+            landed.append(app.push(endpoint["slug"], "landed mid-scan", caller=CLI)["todo"]["id"])
+        return rings
+
+    doorbell.rings.due = due_then_a_commit
+    listener = ChannelListener()
+
+    async def scenario() -> None:
+        async with connect(endpoint, listener):
+            await rings_of(listener, total=1)
+            await anyio.sleep(QUIET)
+            assert ids(listener) == landed
+
+    anyio.run(scenario)
