@@ -7,7 +7,6 @@ Exit codes: 0 ok, 1 refused (or the store/settings unusable), 2 usage error.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shlex
@@ -371,14 +370,10 @@ def cmd_queue_set(args, out: Output) -> int:
 BULKY_FIELDS = ("payload", "result")  # shown by size and digest in text: they can be megabytes
 
 
-def _digest_line(name: str, value: Any, ref: dict[str, Any] | None) -> str:
+def _digest_line(name: str, ref: dict[str, Any]) -> str:
     """`payload: 22,016 bytes, sha256 <hex>`: of the stored bytes the event names (the raw body of
-    a delivery, as `payload_size`, the audit export and a prune's note say), else (an event from
-    before payloads were stored once) of the value's canonical JSON, as the audit chain digests it."""
-    if ref is None:
-        encoded = json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True).encode(
-            "utf-8", "surrogatepass")  # `canonical_json`'s bytes, for any value a legacy event held
-        ref = {"size": len(encoded), "sha256": hashlib.sha256(encoded).hexdigest()}
+    a delivery, as `payload_size`, the audit export and a prune's note say; an event from before
+    payloads were stored once is read with the reference of its inline value, `domain.payloads.upcast`)."""
     return f"{name}: {ref['size']:,} bytes, sha256 {ref['sha256']}"
 
 
@@ -388,9 +383,8 @@ def _history_text(d: dict[str, Any]) -> str:
         data = {k: v for k, v in e["data"].items() if k not in BULKY_FIELDS or v is None}
         lines.append(f"{e['position']:>8}  v{e['version']:<3} {e['time']}  {e['type']:<14} {e['actor']:<28} "
                      f"{e['cause']:<16} " + json.dumps(data, separators=(",", ":"), ensure_ascii=False))
-        digests = e.get("digests", {})
-        lines += [" " * 10 + _digest_line(k, v, digests.get(k))
-                  for k, v in e["data"].items() if k in BULKY_FIELDS and v is not None]
+        lines += [" " * 10 + _digest_line(k, ref) for k, ref in e.get("digests", {}).items()
+                  if e["data"].get(k) is not None]  # shown (not pruned, not left out)
     return "\n".join(lines)
 
 

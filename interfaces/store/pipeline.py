@@ -88,7 +88,7 @@ class Pipeline:
         is queued, so the server runs it while the next is prepared (a writer thread waiting for
         the answer gains that time); else only the first (BEGIN and the lock start at once) and
         the rest as the caller flushes, or as libpq's buffer fills (an event loop, whose CPU is
-        the bottleneck, saves a send per statement: ingest +2 % in 6 of 8 alternated pairs, while
+        the bottleneck, saves a send per statement: ingest +2 % in 10 of 14 alternated pairs, while
         claims on the writer thread measured 5-9 % slower that way; docs/adr/0023)."""
         pgconn = self._pgconn
         pgconn.enter_pipeline_mode()
