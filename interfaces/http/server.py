@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import sys
 import tempfile
 from collections.abc import Callable
+from itertools import takewhile
 from pathlib import Path
 from types import FrameType
 
@@ -58,12 +60,15 @@ def _strerror(error: OSError) -> str:
     return (error.strerror or str(error)).lower()  # "address already in use", "read-only file system"
 
 
-def check_writable_dir(path: Path, what: str) -> None:
-    """Creates the directory if need be and proves a file can be written in it (root ignores modes)."""
+def check_writable_dir(path: Path, what: str, created: list[Path]) -> None:
+    """Creates the directory if need be and proves a file can be written in it (root ignores modes);
+    the directories it made are added to `created`, outermost first."""
+    missing = list(takewhile(lambda d: not d.exists(), (path, *path.parents)))
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise ConfigurationError(f"cannot create {what} {path}: {_strerror(error)}") from None
+    created.extend(reversed(missing))
     try:
         with tempfile.NamedTemporaryFile(dir=path, prefix=".switchboard-write-check-"):
             pass
@@ -71,19 +76,27 @@ def check_writable_dir(path: Path, what: str) -> None:
         raise ConfigurationError(f"cannot write {what} {path}: {_strerror(error)}") from None
 
 
-def check_paths(settings: Settings) -> None:
-    """The data dir, and the SQLite file with its directory (journal files live beside it), are writable."""
-    check_writable_dir(Path(settings.data_dir), "data dir")
+def check_paths(settings: Settings, created: list[Path]) -> None:
+    """The data dir, and the SQLite file with its directory (journal files live beside it), are
+    writable; the directories this made are added to `created`."""
+    check_writable_dir(Path(settings.data_dir), "data dir", created)
     url = DatabaseUrl.parse(settings.database_url)
     if url.dialect != "sqlite" or url.path in ("", ":memory:"):
         return
     path = Path(url.path)
-    check_writable_dir(path.parent, "database directory")
+    check_writable_dir(path.parent, "database directory", created)
     if path.exists():
         try:
             os.close(os.open(path, os.O_RDWR))
         except OSError as error:
             raise ConfigurationError(f"cannot write database file {path}: {_strerror(error)}") from None
+
+
+def remove_empty(directories: list[Path]) -> None:
+    """Removes the directories a refused start made, innermost first, each only if still empty."""
+    for directory in reversed(directories):
+        with contextlib.suppress(OSError):  # not empty (or already gone): what is in it stays
+            directory.rmdir()
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -128,17 +141,20 @@ def uvicorn_config(app, settings: Settings, **options) -> uvicorn.Config:
 
 
 def serve(settings: Settings) -> int:
-    """Runs until interrupted; a bad setting, an unwritable path, a taken port or an unreachable
-    store is one line and exit 1, before anything says "serving"."""
+    """Runs until interrupted; a bad setting, a taken port, an unwritable path or an unreachable
+    store is one line and exit 1, before anything says "serving". The port is bound before any
+    path is created, and a start refused before the store opens removes the directories it made."""
     sock = None
+    created: list[Path] = []
     try:
         settings.check()
-        check_paths(settings)
         sock = listen(settings.host, settings.port)
+        check_paths(settings, created)
         container = build(settings)
     except (ConfigurationError, StoreUnavailable) as error:
         if sock is not None:
             sock.close()
+        remove_empty(created)
         print(f"switchboard: {error}", file=sys.stderr)
         return 1
     background = None

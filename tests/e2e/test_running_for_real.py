@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e._support import SWITCHBOARD_SCRIPT, Cli, Server, clean_env, free_port, run_serve
+from tests.e2e._support import SWITCHBOARD_SCRIPT, UNREACHABLE_PG, Cli, Server, clean_env, free_port, run_serve
 from tests.fixtures import sign
 
 KEY_1 = "1a" * 32
@@ -255,6 +255,32 @@ def test_a_taken_port_is_one_line_before_anything_says_serving(tmp_path):
     assert one_line(result, "") == f"switchboard: cannot listen on 127.0.0.1:{port}: address already in use"
     assert result.stdout == ""  # no password printed for an admin of a server that never ran
     assert not (tmp_path / "var" / "admin-password").exists()
+
+
+@pytest.mark.parametrize("where", ["make-run", "new-dirs"])
+def test_a_taken_port_leaves_nothing_on_disk(tmp_path, where):
+    """`make run` (./var under the directory it runs in) or new nested directories for the data
+    dir and the SQLite file: a start refused for its port creates none of them."""
+    cwd = tmp_path / "cwd"
+    env = ({"SWITCHBOARD_DATA_DIR": "var"} if where == "make-run" else
+           {"SWITCHBOARD_DATA_DIR": str(tmp_path / "new" / "var"),
+            "SWITCHBOARD_DATABASE_URL": f"sqlite:///{tmp_path}/db/dir/switchboard.db"})
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_serve(cwd, port=port, **env)
+    assert one_line(result, "") == f"switchboard: cannot listen on 127.0.0.1:{port}: address already in use"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd"]
+    assert list(cwd.iterdir()) == []
+
+
+def test_an_unreachable_store_leaves_no_new_data_dir(tmp_path):
+    data_dir = tmp_path / "new" / "var"
+    result = run_serve(tmp_path / "cwd", timeout=20, SWITCHBOARD_DATA_DIR=str(data_dir),
+                       SWITCHBOARD_DATABASE_URL=UNREACHABLE_PG)
+    one_line(result, "cannot reach PostgreSQL")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd"]
 
 
 def test_a_data_dir_that_cannot_be_created(tmp_path):
