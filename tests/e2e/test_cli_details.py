@@ -64,9 +64,15 @@ def test_rule_files_are_read_from_a_path_or_at_path_and_a_failure_names_the_path
                                  ("rules", "set", wid, "--file", f"@{tmp_path}/rules.json", "--json"))
     assert by_path.json() == by_at.json() == {"webhook_id": wid, **rules}
 
-    # what `rules get` prints reads back as a rules file and as a candidate
+    # what `rules get` prints reads back as a rules file and as a candidate: with --json, and without
+    # it (the rules document alone, as JSON: docs/reference.md)
     (tmp_path / "got.json").write_text(cli.run("rules", "get", wid, "--json").ok().stdout)
     assert cli.json("rules", "set", wid, "--file", "got.json") == {"webhook_id": wid, **rules}
+    as_text = cli.run("rules", "get", wid).ok().stdout
+    assert json.loads(as_text) == rules
+    assert json.loads(cli.run("rules", "set", wid, "--file", "got.json").ok().stdout) == rules
+    (tmp_path / "got-text.json").write_text(as_text)
+    assert cli.json("rules", "set", wid, "--file", "got-text.json") == {"webhook_id": wid, **rules}
 
     ping = json.dumps({"zen": "Keep it logically awesome."})
     tested = [cli.run("rules", "test", wid, "--json", "--payload", ping, "--header", "X-GitHub-Event:ping",
