@@ -640,8 +640,14 @@ def pooled_phase(name: str, title: str, pair: tuple[Load, Load], r: int, app_dir
     return load
 
 
-def summarize_reference(title: str, loads: list[Load], pairs: list[tuple[Load, Load]], what: str) -> None:
-    """A durable reference's rates over the rounds, its ratio to the bare route and Switchboard's to it."""
+FLOOR_TARGET = 0.6
+"""Switchboard ÷ the contract floor that issue 16 asks for (the median of the rounds)."""
+
+
+def summarize_reference(title: str, loads: list[Load], pairs: list[tuple[Load, Load]], what: str,
+                        target: float | None = None) -> None:
+    """A durable reference's rates over the rounds, its ratio to the bare route and Switchboard's to
+    it (with `target`: whether the median meets it)."""
     if not loads:
         return
     rates = [load.rate for load in loads]
@@ -653,7 +659,9 @@ def summarize_reference(title: str, loads: list[Load], pairs: list[tuple[Load, L
     if of_bare:
         log(f"ratio {name}/bare: best {max(of_bare):.3f}, median {statistics.median(of_bare):.3f}  ({what})")
     if ours:
-        log(f"ratio switchboard-pg/{name}: best {max(ours):.3f}, median {statistics.median(ours):.3f}")
+        verdict = "" if target is None else \
+            f"  (target: median >= {target}: {'MEETS' if statistics.median(ours) >= target else 'BELOW'})"
+        log(f"ratio switchboard-pg/{name}: best {max(ours):.3f}, median {statistics.median(ours):.3f}{verdict}")
 
 
 def report_problems(result: Load) -> None:
@@ -978,12 +986,13 @@ def main() -> int:
         bare_rates = [p[1].rate for p in pairs]
         log(f"switchboard/pg median {statistics.median(sb_rates):8.1f}/s, best {max(sb_rates):8.1f}/s")
         log(f"bare litestar  median {statistics.median(bare_rates):8.1f}/s, best {max(bare_rates):8.1f}/s")
-        verdict = "MEETS" if max(ratios) >= 0.35 else "BELOW"
-        log(f"ratio switchboard-pg/bare: best {max(ratios):.3f}, median {statistics.median(ratios):.3f}"
-            f"  (target >= 0.35: {verdict})")
+        # issue 3 asked for >= 0.35 of the bare route; the contract floor itself does ~0.28 of it
+        # (docs/adr/0013), so issue 16 set the target against that floor instead (below)
+        log(f"ratio switchboard-pg/bare: best {max(ratios):.3f}, median {statistics.median(ratios):.3f}")
     summarize_reference("durable insert", durables, pairs, "one INSERT of the body per delivery, nothing verified or routed")
     summarize_reference("contract floor", floors, pairs,
-                        "verify + parse + one atomic INSERT of delivery, key and todo: no event log, no read models")
+                        "verify + parse + one atomic INSERT of delivery, key and todo: no event log, no read models",
+                        target=FLOOR_TARGET)
     if "sqlite" in extra:
         sq = extra["sqlite"]
         bare_rates = [p[1].rate for p in pairs]
