@@ -25,7 +25,7 @@ from domain.retention import parse_age
 from domain.errors import DomainError, InvalidArgument
 from domain.queue import parse_delay
 from interfaces.settings import Settings
-from interfaces.store.views import RECLAIM_LOCK_WAIT_MS
+from interfaces.store.views import CHECKPOINT_WAIT_MS, RECLAIM_LOCK_WAIT_MS
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 CLI = Caller.cli()  # the CLI acts with every operator's rights
@@ -309,6 +309,14 @@ def cmd_retention_prune(args, out: Output) -> int:
                          " (--reclaim gives it back to the system, locking the payload store while it runs)")
             elif r.get("space") is None:
                 line += "\nVACUUM did not run (see the log): the next prune or autovacuum frees the space"
+            elif r.get("checkpoint") == "busy":
+                line += (f"\nthe checkpoint waited {CHECKPOINT_WAIT_MS / 1000:g} s for readers and gave up: the -wal file"
+                         " still holds the copy VACUUM wrote; a later checkpoint shrinks the database file, and"
+                         " --reclaim in a quieter moment runs VACUUM and this checkpoint again, emptying the -wal file")
+            elif r["payloads"] and r["store_bytes_after"] >= r["store_bytes_before"]:
+                line += ("\nnothing on disk was given back: the bytes pruned came to less than the room the"
+                         " prune's own event and the tombstone each pruned payload keeps (its digest, size and"
+                         " time) take; expected on a small store, on a larger one the file shrinks")
         return line
 
     try:
@@ -827,7 +835,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="count what would go, remove nothing")
     p.add_argument("--reclaim", action="store_true",
                    help="PostgreSQL: VACUUM FULL the payload store afterwards, giving the freed space back to the"
-                        " system; it locks the payload store (ingest, pushes, payload reads wait) while it runs")
+                        " system; it locks the payload store (ingest, pushes, payload reads wait) while it runs."
+                        " SQLite: VACUUM and checkpoint even when nothing is left to prune")
 
     audit = groups.add_parser("audit", help="the event log").add_subparsers(dest="action", required=True, parser_class=_Parser)
     p = command(audit, "export", cmd_audit_export, "the event log as JSON lines, each with its prev_hash and hash")

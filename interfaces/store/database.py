@@ -51,6 +51,8 @@ POOL_WAIT = 1.0
 """Longest a request waits for a PostgreSQL connection (a free one, or a new one connecting):
 then it is answered 503 `store down` (CONTRACT §12, docs/adr/0014)."""
 DEFAULT_POOL_SIZE = 10
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+"""How long a SQLite connection waits for another's lock before it answers `database is locked`."""
 
 
 def plan_per_run(conn: psycopg.Connection) -> None:
@@ -553,7 +555,7 @@ class Database:
         if conn is None:
             conn = sqlite3.connect(self.url.path, timeout=30, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
             self._local.conn = conn
             with self._lock:
                 self._sqlite_conns.append(conn)
@@ -626,6 +628,34 @@ class Database:
             raise LockBusy(f"lock not granted in {lock_timeout_ms} ms: {first_line(error)}") from None
         except psycopg.OperationalError as error:
             raise StoreUnavailable(f"store unavailable: {first_line(error)}") from None
+
+    def file_bytes(self) -> int:
+        """SQLite: the bytes the database takes on disk — its file plus its write-ahead log (`-wal`),
+        which holds every page written since the last checkpoint (a VACUUM writes the whole
+        database there) and keeps its size until a checkpoint truncates it."""
+        total = 0
+        for suffix in ("", "-wal"):
+            with contextlib.suppress(FileNotFoundError):
+                total += Path(self.url.path + suffix).stat().st_size
+        return total
+
+    def checkpoint(self, *, wait_ms: int) -> bool:
+        """SQLite: copies the write-ahead log into the database file, which takes the size the log
+        says (smaller after a VACUUM), and truncates the log to nothing (`wal_checkpoint(TRUNCATE)`).
+        It waits at most `wait_ms` (holding off writers meanwhile) for readers of older snapshots
+        to finish; False when some still read one: then part of the log stays, and with it the
+        space, until a later checkpoint."""
+        conn = self._sqlite_conn()
+        conn.execute(f"PRAGMA busy_timeout={int(wait_ms)}")
+        try:
+            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) and "busy" not in str(error):
+                raise
+            busy = 1
+        finally:
+            conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        return not busy
 
     def ping(self, timeout: float = POOL_WAIT) -> bool:
         """Whether the database answers (for /healthz): a connection within `timeout` seconds."""

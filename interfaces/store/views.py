@@ -19,6 +19,8 @@ from projections.todo_rows import COLUMNS
 
 RECLAIM_LOCK_WAIT_MS = 2000
 """How long `retention prune --reclaim` waits for the payload store's exclusive lock."""
+CHECKPOINT_WAIT_MS = 2000
+"""SQLite: how long a prune's checkpoint waits for readers of older snapshots (writers wait too)."""
 
 _ENVELOPES = (
     "SELECT d.event_id, d.envelope, d.payload_form, b.codec, b.data FROM sb_stored_deliveries d"
@@ -280,26 +282,34 @@ class SqlViews:
         return sorted(set(found))
 
     def payload_store_size(self) -> int:
-        """Bytes the payload store takes on disk (SQLite: the whole file, which VACUUM shrinks)."""
+        """Bytes the payload store takes on disk. SQLite: the database file plus its `-wal`, as `ls`
+        counts them, measured after a checkpoint has folded the log into the file (so that before
+        and after a prune compare the database, not what the log held). Not `page_count`: that is
+        the size the file will have once checkpointed, which a VACUUM shrinks at once while the
+        files grow by the copy it writes to the log."""
         if self.db.dialect == "sqlite":
-            page_size = self.db.query("PRAGMA page_size")[0][0]
-            return int(self.db.query("PRAGMA page_count")[0][0]) * int(page_size)
+            self.db.checkpoint(wait_ms=CHECKPOINT_WAIT_MS)  # busy: measured as the files are
+            return self.db.file_bytes()
         return int(self.db.query(f"SELECT pg_total_relation_size('{PAYLOADS}')")[0][0])
 
     def give_space_back(self, *, rewritten: bool = False, reclaim: bool = False) -> dict[str, Any]:
         """VACUUM after a prune: `{vacuumed: [table…], space: "system"|"store"}` (whom the freed space
-        went to). SQLite rewrites the whole file without the
-        freed pages. PostgreSQL vacuums the tables the prune freed rows in — the payload store (its
-        TOAST table with it), and the events and inline-payload rows a prune `rewritten` by
-        reference — so new rows reuse that space; only a table's empty tail goes back to the
-        system. `reclaim`: then `VACUUM FULL` of the payload store, which rewrites it into new files
+        went to). SQLite rewrites the whole database without the freed pages, then checkpoints it
+        into the file and truncates the log (`checkpoint: "done"|"busy"`). PostgreSQL vacuums the
+        tables the prune freed rows in — the payload store (its TOAST table with it), and the
+        events and inline-payload rows a prune `rewritten` by reference — so new rows reuse that
+        space; only a table's empty tail goes back to the system. `reclaim`: then `VACUUM FULL` of the payload store, which rewrites it into new files
         and gives all its free space back to the system, holding an ACCESS EXCLUSIVE lock on it
         meanwhile (every append that stores bytes and every payload read waits). It waits at most
         `RECLAIM_LOCK_WAIT_MS` for that lock — while it waits, every later user of the table queues
         behind it — and else gives up: `reclaim: "busy"`, the space stays with the store."""
         if self.db.dialect == "sqlite":
+            # in WAL mode VACUUM writes the whole rewritten database into the -wal file, and the
+            # database file keeps its size until a checkpoint folds it back; this one (TRUNCATE)
+            # also empties the log ("busy": a reader of an older snapshot held it off)
             self.db.query("VACUUM")
-            return {"vacuumed": ["database"], "space": "system"}
+            done = self.db.checkpoint(wait_ms=CHECKPOINT_WAIT_MS)
+            return {"vacuumed": ["database"], "space": "system", "checkpoint": "done" if done else "busy"}
         done = []
         for table in (PAYLOADS, *(("stored_events", "sb_inline_payloads") if rewritten else ())):
             self.db.query(f"VACUUM {table}")
