@@ -21,7 +21,8 @@ log = logging.getLogger("switchboard.background")
 
 MAX_SLEEP = 1.0
 SETTLE = 2.0
-"""Seconds a loop must succeed without a failure before it says the store is back."""
+"""Seconds a loop must succeed, and every loop of its process go without a failure, before it
+says the store is back."""
 DUE_PAGE = 200
 FIRE_CHUNK = 50
 
@@ -93,17 +94,26 @@ class ProjectionWorker:
 class OutageLog:
     """A loop's one line when the store goes and one when it is back (CONTRACT §12), however the
     store flaps in between: a cluster short of connections lets some ticks through, so "back" is
-    said only once the loop has succeeded for SETTLE seconds without a failure."""
+    said only once the loop has succeeded for SETTLE seconds without a failure, its own or any
+    other loop's of this process. (A loop that holds a pooled connection keeps succeeding while
+    the others cannot connect; said on its own ticks alone, its "back" came while the shortage
+    went on, and its next connection failed: a second outage in the log of one.)"""
 
-    def __init__(self, logger: logging.Logger, name: str, retrying: str) -> None:
+    last_failure = float("-inf")
+    """When a loop of this process last failed for want of the store (time.monotonic)."""
+
+    def __init__(self, logger: logging.Logger, name: str, retrying: str,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self._log = logger
         self.name = name
         self.retrying = retrying
         self.down = False
         self._ok_since: float | None = None
+        self._monotonic = monotonic
 
     def failed(self, error: BaseException) -> None:
         self._ok_since = None
+        OutageLog.last_failure = self._monotonic()
         if not self.down:
             self.down = True
             self._log.warning("%s: store unavailable (%s); %s", self.name, first_line(error), self.retrying)
@@ -111,10 +121,10 @@ class OutageLog:
     def succeeded(self) -> None:
         if not self.down:
             return
-        now = time.monotonic()
+        now = self._monotonic()
         if self._ok_since is None:
             self._ok_since = now
-        elif now - self._ok_since >= SETTLE:
+        elif now - max(self._ok_since, OutageLog.last_failure) >= SETTLE:
             self.down, self._ok_since = False, None
             self._log.warning("%s: store is back", self.name)
 
