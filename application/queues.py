@@ -20,7 +20,7 @@ from application.access import Access, Caller, touchable_endpoint
 from application.ports import Clock, EventStore, UnitOfWork, Views
 from domain.endpoint import Endpoint, endpoint_uuid_of
 from domain.errors import InvalidArgument
-from domain.names import TODO_PREFIX, check_queue_name, parse_id
+from domain.names import QUARANTINE, TODO_PREFIX, check_queue_name, parse_id
 from domain.queue import PAUSED, UNSET, QueueControls, Refusal, admission
 from domain.todo import Todo
 
@@ -141,6 +141,9 @@ class Queues:
         endpoint = self.access.endpoint(ref, caller)
         if queue is not None:
             check_queue_name(queue, allow_quarantine=True)
+            if queue != QUARANTINE and queue not in endpoint.queues:
+                # as `queue set` says: a mistyped queue is not "0 retried"
+                raise InvalidArgument(f"queue {queue!r} is not one of endpoint {endpoint.slug}'s queues")
         self.views.catch_up()
         ids = [u for u in (parse_id(TODO_PREFIX, t) for t in self.views.dead_letter_ids(endpoint.endpoint_id, queue))
                if u is not None]

@@ -322,6 +322,22 @@ def test_bulk_retry_revives_every_dead_letter_with_one_bulk_action_id(sb):
     assert sb.app.bulk_retry(vended["slug"], caller=CLI, dead_letters=True, queue=a)["retried"] == 0
 
 
+def test_bulk_retry_of_a_queue_outside_the_endpoint_is_refused_not_zero(sb):
+    """A mistyped queue is refused as `queue set` refuses it, not answered "0 retried" with a
+    bulk-action id that names nothing."""
+    vended = sb.vend("worker")
+    dead = sb.push(vended)["id"]
+    sb.fail_until_dead(vended, dead)
+    for dry_run in (True, False):
+        error = raised(lambda: sb.app.bulk_retry(vended["slug"], caller=CLI, dead_letters=True,
+                                                 queue="elsewhere", dry_run=dry_run))
+        assert isinstance(error, InvalidArgument), error
+        assert str(error) == f"queue 'elsewhere' is not one of endpoint {vended['slug']}'s queues"
+    assert sb.todo(dead)["dead_letter"]
+    assert sb.app.bulk_retry(vended["slug"], caller=CLI, dead_letters=True, queue=vended["queues"][0],
+                             dry_run=True) == {"would_retry": 1}
+
+
 def test_two_processes_bulk_retrying_at_once_retry_each_dead_letter_once(sb):
     """Both list the same dead letters and read each chunk before the writer's turn: the loser of
     each race on a todo re-runs on fresh state and leaves it (one TodoRequeued per todo)."""
