@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -84,6 +84,10 @@ class Refusal:
 
     reason: str
     retry_after: timedelta | None = None
+    limit: int | None = field(default=None, compare=False)
+    """The limit that refused (max_in_flight or max_claims_per_minute) and the load that met it
+    (claimed todos, claims in the window), for the message; None when not known or paused."""
+    load: int | None = field(default=None, compare=False)
 
     @property
     def retry_after_seconds(self) -> int | None:
@@ -94,10 +98,13 @@ class Refusal:
 
     def conflict(self, todo_id: str, queue: str) -> Conflict:
         """The `conflict` a `claim` of one todo of this queue answers."""
+        known = self.limit is not None and self.load is not None
         words = {
             PAUSED: "is paused",
-            MAX_IN_FLIGHT: "has max_in_flight todos claimed",
-            RATE_LIMITED: "reached its max_claims_per_minute",
+            MAX_IN_FLIGHT: (f"has {self.load} todos claimed (max_in_flight {self.limit})" if known
+                            else "is at its max_in_flight"),
+            RATE_LIMITED: (f"had {self.load} claims in the last 60 s (max_claims_per_minute {self.limit})"
+                           if known else "reached its max_claims_per_minute"),
         }[self.reason]
         after = f"; retry after {self.retry_after_seconds} s" if self.retry_after is not None else ""
         return QueueRefused(f"{self.reason}: queue {queue} {words}, todo {todo_id} not claimable now{after}",
@@ -121,7 +128,7 @@ def admission(controls: QueueControls, *, in_flight: int, recent_claims: list[da
     if controls.paused:
         return Refusal(PAUSED)
     if controls.max_in_flight is not None and in_flight >= controls.max_in_flight:
-        return Refusal(MAX_IN_FLIGHT)
+        return Refusal(MAX_IN_FLIGHT, limit=controls.max_in_flight, load=in_flight)
     rate = controls.max_claims_per_minute
     if rate is not None:
         since = now - RATE_WINDOW
@@ -129,7 +136,7 @@ def admission(controls: QueueControls, *, in_flight: int, recent_claims: list[da
         if len(window) >= rate:
             # the window frees a place when its (len - rate + 1)-th oldest claim leaves it
             leaves = window[len(window) - rate] + RATE_WINDOW
-            return Refusal(RATE_LIMITED, max(leaves - now, timedelta(microseconds=1)))
+            return Refusal(RATE_LIMITED, max(leaves - now, timedelta(microseconds=1)), limit=rate, load=len(window))
     return None
 
 

@@ -113,6 +113,17 @@ def test_a_refused_claim_is_a_conflict_naming_its_reason():
     assert "retry after 30 s" in str(Refusal(RATE_LIMITED, timedelta(seconds=29.5)).conflict("td_1", "builds"))
 
 
+def test_a_refused_claim_names_the_limit_that_refused_it():
+    """It said "queue builds has max_in_flight todos claimed", a placeholder's words, not a count."""
+    over = admission(QueueControls(max_in_flight=3), in_flight=5, recent_claims=[], now=T0)  # lowered on a busy queue
+    assert str(over.conflict("td_1", "builds")) == (
+        "max_in_flight: queue builds has 5 todos claimed (max_in_flight 3), todo td_1 not claimable now")
+    rated = admission(QueueControls(max_claims_per_minute=2), in_flight=0, recent_claims=[T0, T0], now=T0)
+    assert str(rated.conflict("td_1", "builds")) == (
+        "rate_limited: queue builds had 2 claims in the last 60 s (max_claims_per_minute 2), todo td_1 not"
+        " claimable now; retry after 60 s")
+
+
 # --- the endpoint holds its queues' controls ----------------------------------------------------
 
 
