@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from domain.delivery import Delivery, delivery_id_of
 from domain.endpoint import Endpoint
-from domain.names import REDACTED
+from domain.names import QUARANTINE, REDACTED
 from domain.todo import MAX_ATTEMPTS, PRIOR_ATTEMPTS_SHOWN, Todo
 from domain.webhook import Webhook
 
@@ -34,13 +34,14 @@ def row(*, todo_id: str, queue: str, source: str, kind: str | None, title: str, 
         owner: str | None, attempt: int, lease_expires_at: datetime | None, next_retry_at: datetime | None,
         dead_letter: bool, created_at: datetime | None, payload_size: int | None,
         available_at: datetime | None) -> dict[str, Any]:
-    """A todo's row (everything but the payload), from a Todo or from the read model's columns."""
+    """A todo's row (everything but the payload), from a Todo or from the read model's columns.
+    A todo held in quarantine is claimable from no time on (null) until an operator releases it."""
     return {
         "id": todo_id, "queue": queue, "source": source, "kind": kind, "title": title, "state": state,
         "trust_mode": trust_mode, "owner": owner, "attempt": attempt, "max_attempts": MAX_ATTEMPTS,
         "lease_expires_at": iso(lease_expires_at), "next_retry_at": iso(next_retry_at),
         "dead_letter": dead_letter, "created_at": iso(created_at), "payload_size": payload_size,
-        "available_at": iso(available_at),
+        "available_at": None if queue == QUARANTINE else iso(available_at),
     }
 
 

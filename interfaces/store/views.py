@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from application.presenters import iso, row
+from domain.names import QUARANTINE
 from domain.queue import RATE_WINDOW
 from domain.routing import envelope_with_payload
 from interfaces.store.blobs import TABLE as PAYLOADS, unpack
@@ -98,8 +99,8 @@ class SqlViews:
         return self._with_available_at([_row(r) for r in rows]), ((last["created_at"], last["todo_id"]) if last else None)
 
     def _with_available_at(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Each row's `available_at` (when it is or was claimable; null while claimed or dead), from
-        the inline claimable queue, which holds it for every todo not done."""
+        """Each row's `available_at` (when it is or was claimable; null while claimed, dead or held in
+        quarantine), from the inline claimable queue, which holds it for every todo not done."""
         if not rows:
             return rows
         found = dict(self.db.query(
@@ -107,7 +108,8 @@ class SqlViews:
             [r["id"] for r in rows],
         ))
         for row in rows:
-            row["available_at"] = iso(from_micros(found.get(row["id"]))) if row["state"] in ("pending", "failed") else None
+            claimable = row["state"] in ("pending", "failed") and row["queue"] != QUARANTINE
+            row["available_at"] = iso(from_micros(found.get(row["id"]))) if claimable else None
         return rows
 
     def queue_loads(self, endpoint_id: str, queues: Sequence[str], now: datetime) -> dict[str, tuple[int, int]]:

@@ -636,6 +636,19 @@ def test_an_operator_releases_a_quarantined_todo_to_a_queue_where_agents_see_and
     assert types == ["TodoOpened", "TodoMoved", "TodoClaimed"]
 
 
+def test_a_quarantined_todo_is_claimable_from_no_time_until_released(sb):
+    """Its row said available_at = its creation, i.e. claimable since then, while no agent could
+    claim it; released, it is claimable from the release on."""
+    todo_id, owner = quarantined(sb)
+    operator = Caller.operator("admin")
+    listed = sb.app.list_todos(caller=CLI, queue="quarantine", endpoint=owner["slug"])
+    assert [(r["id"], r["available_at"]) for r in listed] == [(todo_id, None)]
+    assert sb.todo(todo_id)["available_at"] is None
+    sb.tick()
+    row = sb.app.release_quarantined(todo_id, owner["queues"][0], caller=operator)
+    assert row["available_at"] is not None and row["available_at"] > sb.todo(todo_id)["created_at"]
+
+
 def test_an_operator_discards_a_quarantined_todo_and_it_is_done_without_work(sb):
     todo_id, owner = quarantined(sb)
     operator = Caller.operator("admin")
