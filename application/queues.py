@@ -71,7 +71,8 @@ def not_before_of(not_before: object, delay_seconds: object) -> Callable[[dateti
     if delay_seconds is not None:
         if (isinstance(delay_seconds, bool) or not isinstance(delay_seconds, (int, float))
                 or not 0 <= delay_seconds <= MAX_PUSH_DELAY.total_seconds()):
-            raise InvalidArgument(f"delay must be within 0..{int(MAX_PUSH_DELAY.total_seconds())} seconds")
+            raise InvalidArgument(f"delay must be within 0..{int(MAX_PUSH_DELAY.total_seconds())} seconds"
+                                  f" ({MAX_PUSH_DELAY.days}d)")
         delay = timedelta(seconds=delay_seconds)
         return lambda now: now + delay if delay else None
     if not_before is None:

@@ -273,6 +273,14 @@ def test_a_bad_not_before_is_an_invalid_argument(sb, options):
     assert isinstance(raised(lambda: sb.push(vended, **options)), InvalidArgument)
 
 
+def test_a_push_delay_over_its_cap_says_the_cap_in_days(sb):
+    """`todo push --delay 3651d` said only "delay must be within 0..315360000 seconds"."""
+    vended = sb.vend("worker")
+    error = raised(lambda: sb.push(vended, delay_seconds=3651 * 86400))
+    assert isinstance(error, InvalidArgument)
+    assert str(error) == "delay must be within 0..315360000 seconds (3650d)"
+
+
 def test_a_snooze_keeps_the_attempt_and_holds_the_todo_until_due(sb):
     vended = sb.vend("worker")
     todo = sb.push(vended)
