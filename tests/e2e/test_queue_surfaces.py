@@ -121,6 +121,8 @@ def test_the_cli_retries_dead_letters_in_bulk(stack):
     stack.cli.run("todo", "retry", "--endpoint", endpoint["slug"]).usage()
     stack.cli.run("todo", "retry", dead[0], "--dead-letters", "--endpoint", endpoint["slug"]).usage()
     stack.cli.run("todo", "retry").usage()
+    assert "is not one of endpoint" in stack.cli.run(  # a mistyped queue is refused, not "retried 0"
+        "todo", "retry", "--endpoint", endpoint["slug"], "--dead-letters", "--queue", "typo").refused("invalid_argument")
 
 
 def test_the_cli_retries_500_dead_letters_in_one_command_with_one_cause(store_url, tmp_path, make_container):
