@@ -154,11 +154,15 @@ class Webhook(Aggregate):
 
     def set_trust(self, *, now: datetime, actor: str, senders: list[str] | None,
                   associations: list[str] | None) -> TrustPolicy:
-        """Replaces the trusted logins and associations (github and gitea only); empty lists clear them."""
+        """Replaces the trusted logins and associations (github and gitea only); empty lists clear them.
+        The lists it already has (as checked: lower-cased logins, upper-cased associations) record
+        nothing, as an unchanged `queue set` does."""
         self._check_live()
         if self.source_type not in TRUST_SOURCES:
             raise InvalidArgument(f"trusted senders apply to github and gitea webhooks, not {self.source_type}")
         policy = TrustPolicy(check_trusted_senders(senders), check_trusted_associations(associations))
+        if policy == self.trust:
+            return policy
         self._record(WebhookTrustSet, timestamp=now, actor=actor, cause="set_webhook_trust",
                      **{k: list(v) for k, v in policy.to_json().items()})
         return policy

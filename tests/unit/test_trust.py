@@ -155,6 +155,21 @@ def test_clearing_trust_trusts_everyone_again():
     assert len(hook.collect_events()) == 2
 
 
+def test_setting_the_trust_it_has_records_nothing():
+    """As an unchanged `queue set`: saving the same lists again (as checked) is no event."""
+    hook = webhook()
+    hook.set_trust(now=T0, actor="operator:admin", senders=["Alice", "bob"], associations=["member"])
+    assert len(hook.collect_events()) == 1
+    assert hook.set_trust(now=T0, actor="operator:admin", senders=["alice", "BOB", "alice"],
+                          associations=["MEMBER"]) == TrustPolicy(("alice", "bob"), ("MEMBER",))
+    assert hook.collect_events() == []
+    hook.set_trust(now=T0, actor="operator:admin", senders=["bob", "alice"], associations=["MEMBER"])
+    assert len(hook.collect_events()) == 1  # another order is another list (the order is kept)
+    fresh = webhook()
+    fresh.set_trust(now=T0, actor="operator:admin", senders=[], associations=None)  # nothing to clear
+    assert fresh.collect_events() == []
+
+
 @pytest.mark.parametrize("source_type", ["cairn", "generic"])
 def test_trust_is_refused_for_sources_that_name_no_sender(source_type):
     with pytest.raises(InvalidArgument, match="github and gitea"):
