@@ -73,6 +73,11 @@ def test_retry_all_on_the_dead_letter_view_retries_them_in_one_bulk_action(admin
     answer = admin.post("/dead-letters/retry", endpoint=endpoint["slug"])
     assert answer.status_code == 303 and "done=bulk_retried" in answer.headers["location"]
     causes = {server.cli.json("todo", "history", t)["events"][-1]["cause"] for t in dead}
-    assert len(causes) == 1 and causes.pop().startswith("ba_")
+    assert len(causes) == 1 and (bulk := causes.pop()).startswith("ba_")
+    # the page it goes back to says how many and the bulk action's id (the cause of every event)
+    back = admin.page(answer.headers["location"])
+    assert f"Retried 3 dead letters in bulk action {bulk}" in back
+    forged = admin.page(f"/todos?state=dead&done=bulk_retried&retried=9&bulk=%3Cb%3Ex")  # not an id: the plain notice
+    assert "Every dead letter shown was retried" in forged and "<b>x" not in forged
     assert {server.cli.json("todo", "show", t)["state"] for t in dead} == {"pending"}
     assert "Retry all" not in admin.page(f"/todos?state=dead&endpoint={endpoint['slug']}")  # none left

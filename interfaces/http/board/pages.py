@@ -3,6 +3,7 @@ the application becomes an HTML answer (`Board.form` for an action form, `Board.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +41,20 @@ DONE = {
     "queue_set": "Queue controls saved.",
     "bulk_retried": "Every dead letter shown was retried, in one bulk action (one event per todo).",
 }
+_BULK_ID = re.compile(r"ba_[A-Za-z0-9_-]{1,64}")
+
+
+def notice(done: object, query: Any) -> str | None:
+    """The flash a `?done=` names; a bulk retry's says how many and its bulk-action id, the cause
+    every retried todo's event carries (`?retried=N&bulk=ba_…`, checked: anything else is left out)."""
+    if not isinstance(done, str):
+        return None
+    if done == "bulk_retried":
+        count, bulk = query.get("retried"), query.get("bulk")
+        if isinstance(count, str) and count.isdigit() and isinstance(bulk, str) and _BULK_ID.fullmatch(bulk):
+            plural = "" if count == "1" else "s"
+            return f"Retried {int(count)} dead letter{plural} in bulk action {bulk} (one event per todo, with that cause)."
+    return DONE.get(done)
 
 
 def error_text(error: DomainError) -> str:
@@ -82,11 +97,10 @@ class Board:
                headers: dict[str, str] | None = None, **context: Any) -> Response:
         """The template rendered with the session's operator and CSRF token and any `?done=` flash."""
         session = session or request.scope.get("state", {}).get("session") or session_of(request)
-        done = request.query_params.get("done")
         values = {
             "operator": session.operator if session else None, "csrf": session.csrf if session else "",
             "csrf_field": CSRF_FIELD, "section": None, "error": None,
-            "notice": DONE.get(done) if isinstance(done, str) else None, "max_attempts": MAX_ATTEMPTS,
+            "notice": notice(request.query_params.get("done"), request.query_params), "max_attempts": MAX_ATTEMPTS,
             **context,
         }
         body = self.env.get_template(template).render(values)

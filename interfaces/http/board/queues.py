@@ -45,5 +45,6 @@ class QueuePages(Controller):
         endpoint, queue = forms.text(data, "endpoint"), forms.text(data, "queue") or None
         back = {"state": "dead", "endpoint": endpoint, **({"queue": queue} if queue else {})}
 
-        board.app.bulk_retry(endpoint, caller=caller_of(request), dead_letters=True, queue=queue)  # a refusal: its page
-        return Redirect(f"/todos?{urlencode(back | {'done': 'bulk_retried'})}", status_code=303)
+        answer = board.app.bulk_retry(endpoint, caller=caller_of(request), dead_letters=True, queue=queue)  # a refusal: its page
+        done = {"done": "bulk_retried", "retried": answer["retried"], "bulk": answer["bulk_action_id"]}
+        return Redirect(f"/todos?{urlencode(back | done)}", status_code=303)
