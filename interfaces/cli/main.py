@@ -129,7 +129,8 @@ def _pairs(document: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-TODO_COLUMNS = ("id", "queue", "state", "attempt", "owner", "created_at", "title")
+TODO_COLUMNS = ("id", "queue", "state", "attempt", "owner", "created_at", "available_at", "title")
+"""`todo list` text: `available_at` tells a delayed (or held: empty) pending todo from a claimable one."""
 
 
 def _table(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:

@@ -185,8 +185,11 @@ def test_todo_push_list_show_history(store_url, tmp_path, make_container):
     assert [row["id"] for row in filtered["todos"]] == [second_id]
     assert [row["id"] for row in cli.json("todo", "list", "--limit", "1")["todos"]] == [second_id]
     table = cli.run("todo", "list").ok().stdout.splitlines()  # without --json: a table, newest first
-    assert table[0].split() == ["ID", "QUEUE", "STATE", "ATTEMPT", "OWNER", "CREATED_AT", "TITLE"]
+    assert table[0].split() == ["ID", "QUEUE", "STATE", "ATTEMPT", "OWNER", "CREATED_AT", "AVAILABLE_AT", "TITLE"]
     assert [line.split()[0] for line in table[1:]] == [second_id, todo["id"]]
+    later = cli.json("todo", "push", slug, "later", "--not-before", "2030-01-01T09:00:00Z")["todo"]["id"]
+    row = next(line for line in cli.run("todo", "list").ok().stdout.splitlines() if line.startswith(later))
+    assert "2030-01-01T09:00:00" in row  # a delayed todo says when it becomes claimable
 
     shown = cli.json("todo", "show", second_id)
     assert shown["id"] == second_id and shown["payload"] == {"from": "file", "list": [1, 2, 3]}
