@@ -30,18 +30,23 @@ def iso(moment: datetime | None) -> str | None:
     return moment.isoformat().replace("+00:00", "Z")
 
 
+def claimable_from(queue: str, available_at: datetime | None) -> str | None:
+    """When a todo is or becomes claimable, as shown: none while it is held in quarantine (no agent
+    may claim it until an operator releases it, whatever time its claimable queue row holds)."""
+    return None if queue == QUARANTINE else iso(available_at)
+
+
 def row(*, todo_id: str, queue: str, source: str, kind: str | None, title: str, state: str, trust_mode: str,
         owner: str | None, attempt: int, lease_expires_at: datetime | None, next_retry_at: datetime | None,
         dead_letter: bool, created_at: datetime | None, payload_size: int | None,
         available_at: datetime | None) -> dict[str, Any]:
-    """A todo's row (everything but the payload), from a Todo or from the read model's columns.
-    A todo held in quarantine is claimable from no time on (null) until an operator releases it."""
+    """A todo's row (everything but the payload), from a Todo or from the read model's columns."""
     return {
         "id": todo_id, "queue": queue, "source": source, "kind": kind, "title": title, "state": state,
         "trust_mode": trust_mode, "owner": owner, "attempt": attempt, "max_attempts": MAX_ATTEMPTS,
         "lease_expires_at": iso(lease_expires_at), "next_retry_at": iso(next_retry_at),
         "dead_letter": dead_letter, "created_at": iso(created_at), "payload_size": payload_size,
-        "available_at": None if queue == QUARANTINE else iso(available_at),
+        "available_at": claimable_from(queue, available_at),
     }
 
 

@@ -13,11 +13,11 @@ from application.explain import explain
 from application.payloads import HIDDEN, OMITTED, history_payloads
 from application.ports import EventStore, Views
 from application.presenters import ceiling, shown
-from domain.payloads import PAYLOAD_FIELDS
 from domain.delivery import DELIVERY_PREFIX, Delivery
 from domain.endpoint import Endpoint, endpoint_uuid_of
 from domain.errors import Forbidden, InvalidArgument
 from domain.names import QUARANTINE, check_queue_name, parse_id
+from domain.payloads import PAYLOAD_FIELDS
 from domain.todo import STATES, Todo
 
 _TODO_CURSOR = re.compile(r"(\d{1,19})\.(td_[0-9a-f]{32})")

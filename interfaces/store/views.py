@@ -7,8 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from application.presenters import iso, row
-from domain.names import QUARANTINE
+from application.presenters import claimable_from, iso, row
 from domain.queue import RATE_WINDOW
 from domain.routing import envelope_with_payload
 from interfaces.store.blobs import TABLE as PAYLOADS, unpack
@@ -108,8 +107,8 @@ class SqlViews:
             [r["id"] for r in rows],
         ))
         for row in rows:
-            claimable = row["state"] in ("pending", "failed") and row["queue"] != QUARANTINE
-            row["available_at"] = iso(from_micros(found.get(row["id"]))) if claimable else None
+            waiting = row["state"] in ("pending", "failed")
+            row["available_at"] = claimable_from(row["queue"], from_micros(found.get(row["id"]))) if waiting else None
         return rows
 
     def queue_loads(self, endpoint_id: str, queues: Sequence[str], now: datetime) -> dict[str, tuple[int, int]]:
