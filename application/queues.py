@@ -21,7 +21,7 @@ from application.ports import Clock, EventStore, UnitOfWork, Views
 from domain.endpoint import Endpoint, endpoint_uuid_of
 from domain.errors import InvalidArgument
 from domain.names import QUARANTINE, TODO_PREFIX, check_queue_name, parse_id
-from domain.queue import PAUSED, UNSET, QueueControls, Refusal, admission
+from domain.queue import PAUSED, UNSET, QueueControls, Refusal, admission, soonest
 from domain.todo import Todo
 
 BULK_PREFIX = "ba_"
@@ -90,13 +90,15 @@ def not_before_of(not_before: object, delay_seconds: object) -> Callable[[dateti
 
 def why_empty(refused: Mapping[str, Refusal]) -> dict[str, Any]:
     """What an empty `claim_next` says when its queues hold work they cannot hand out now: the
-    reason of the first such queue and, if any of them admits again at a known time, when."""
+    refusal of the queue that admits again soonest (`domain.queue.soonest`), its reason with its own
+    retry_after_seconds, which only a rate limit has (a max_in_flight frees when a claim ends, a
+    pause when an operator resumes: no time is known)."""
     if not refused:
         return {}
-    why: dict[str, Any] = {"reason": next(iter(refused.values())).reason}
-    known = [r.retry_after_seconds for r in refused.values() if r.retry_after_seconds is not None]
-    if known:
-        why["retry_after_seconds"] = min(known)
+    refusal = soonest(refused.values())
+    why: dict[str, Any] = {"reason": refusal.reason}
+    if refusal.retry_after_seconds is not None:
+        why["retry_after_seconds"] = refusal.retry_after_seconds
     return why
 
 

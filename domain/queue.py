@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -109,6 +110,19 @@ class Refusal:
         after = f"; retry after {self.retry_after_seconds} s" if self.retry_after is not None else ""
         return QueueRefused(f"{self.reason}: queue {queue} {words}, todo {todo_id} not claimable now{after}",
                             queue, self)
+
+
+ENDS_SOONEST_FIRST = (RATE_LIMITED, MAX_IN_FLIGHT, PAUSED)
+"""How soon a refusal of each reason ends: a rate's when its window frees a place (a known time),
+a max_in_flight when one of its claims ends (no time known), a pause only when an operator
+resumes the queue."""
+
+
+def soonest(refusals: Iterable[Refusal]) -> Refusal:
+    """The refusal that ends soonest: the known time that is soonest, else by its reason
+    (`ENDS_SOONEST_FIRST`); the first of equals. Its reason and its `retry_after` go together."""
+    return min(refusals, key=lambda r: (r.retry_after is None, r.retry_after or timedelta(0),
+                                        ENDS_SOONEST_FIRST.index(r.reason)))
 
 
 class QueueRefused(Conflict):

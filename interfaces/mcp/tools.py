@@ -190,8 +190,9 @@ VERBS: dict[str, Verb] = {v.name: v for v in (
                                      require_fence=a.require_fence)),
     Verb("claim_next", "Claims the oldest available todo across your queues (or the one given): "
                        "{empty: false, todo} or {empty: true}; with max, up to that many: {empty, todos}. "
-                       "When your queues hold work they cannot hand out now, the empty answer says why "
-                       "(reason: paused, max_in_flight or rate_limited) and, when known, retry_after_seconds. "
+                       "When your queues hold work they cannot hand out now, the empty answer says why for the "
+                       "queue that admits again soonest (reason: rate_limited, max_in_flight or paused) and, "
+                       "for rate_limited, retry_after_seconds. "
                        "Call this to get work.", ClaimNext,
          lambda s, c, a: s.app.claim_next(caller=c, queue=a.queue, lease_ttl_seconds=a.lease_ttl_seconds,
                                           claimant=a.claimant, require_fence=a.require_fence, max_todos=a.max)),

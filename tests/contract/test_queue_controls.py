@@ -156,6 +156,32 @@ def test_the_rate_admits_that_many_claims_in_any_60_seconds(sb):
     assert (view["in_flight"], view["claims_last_minute"]) == (4, 3)
 
 
+def test_over_several_refusing_queues_the_answer_is_the_refusal_that_ends_soonest(sb):
+    """One queue's reason with that queue's own time, never a pause with another queue's rate: a
+    known time first (the rate), then max_in_flight (frees when a claim ends), then a pause (only
+    an operator's resume ends it), whatever the order of the queues."""
+    vended = sb.vend("worker", queues=[unique("a"), unique("b"), unique("c")])
+    paused, full, rated = vended["queues"]
+    sb.app.set_queue_controls(vended["slug"], paused, caller=CLI, paused=True)
+    sb.app.set_queue_controls(vended["slug"], full, caller=CLI, max_in_flight=1)
+    sb.app.set_queue_controls(vended["slug"], rated, caller=CLI, max_claims_per_minute=1)
+    sb.push(vended, queue=paused)
+    assert sb.app.claim_next(caller=agent(vended)) == {"empty": True, "reason": "paused"}
+    for _ in range(2):
+        sb.push(vended, queue=full)
+    assert sb.app.claim_next(caller=agent(vended))["todo"]["queue"] == full
+    assert sb.app.claim_next(caller=agent(vended)) == {"empty": True, "reason": "max_in_flight"}
+
+    for _ in range(2):
+        sb.push(vended, queue=rated)
+    assert sb.app.claim_next(caller=agent(vended))["todo"]["queue"] == rated
+    sb.tick(20)
+    assert sb.app.claim_next(caller=agent(vended)) == {"empty": True, "reason": "rate_limited",
+                                                       "retry_after_seconds": 40}
+    assert sb.app.claim_next(caller=agent(vended), max_todos=5) == {
+        "empty": True, "todos": [], "reason": "rate_limited", "retry_after_seconds": 40}
+
+
 # --- the controls themselves -------------------------------------------------------------------------
 
 

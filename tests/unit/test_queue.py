@@ -11,7 +11,7 @@ from domain.endpoint import Endpoint, QueueControlsSet, credential_hash
 from domain.errors import Conflict, InvalidArgument
 from domain.queue import (
     MAX_IN_FLIGHT, NO_CONTROLS, PAUSED, RATE_LIMITED, QueueControls, QueueRefused, Refusal, admission,
-    check_delay_seconds, parse_delay,
+    check_delay_seconds, parse_delay, soonest,
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -103,6 +103,14 @@ def test_retry_after_rounds_up_to_whole_seconds():
 def test_paused_wins_over_the_other_reasons():
     controls = QueueControls(paused=True, max_in_flight=1, max_claims_per_minute=1)
     assert admission(controls, in_flight=5, recent_claims=[T0], now=T0).reason == PAUSED
+
+
+def test_the_refusal_that_ends_soonest_is_a_known_time_then_max_in_flight_then_a_pause():
+    paused, full = Refusal(PAUSED), Refusal(MAX_IN_FLIGHT, limit=2, load=2)
+    later, sooner = Refusal(RATE_LIMITED, timedelta(seconds=50)), Refusal(RATE_LIMITED, timedelta(seconds=5))
+    assert soonest([paused, later, full, sooner]) is sooner
+    assert soonest([paused, full]) is full
+    assert soonest([paused]) is paused
 
 
 def test_a_refused_claim_is_a_conflict_naming_its_reason():
