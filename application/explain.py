@@ -18,6 +18,7 @@ from domain.delivery import DeliveryAccepted, delivery_id_of
 from domain.endpoint import EndpointRevoked, EndpointVended, QueueControlsSet
 from domain.events import SYSTEM, DomainEvent
 from domain.names import QUARANTINE
+from domain.queue import MAX_IN_FLIGHT, Refusal
 from domain.todo import (
     CLAIMED, DONE, FAILED, MAX_ATTEMPTS, PENDING, DelayElapsed, LeaseExpired, LeaseRenewed, Todo, TodoClaimed, TodoCompleted,
     TodoDiscarded, TodoFailed, TodoMoved, TodoOpened, TodoReleased, TodoRequeued,
@@ -127,13 +128,15 @@ class _Story:
 
 def explain(
     todo_stream: Sequence[Recorded], *, now: datetime, delivery: Sequence[Recorded] = (),
-    endpoint_stream: Sequence[Recorded] = (),
+    endpoint_stream: Sequence[Recorded] = (), held: Refusal | None = None,
 ) -> dict[str, Any]:
     """`{state, because, story: [{position, time, text}]}` for one todo, from the events alone.
 
     `delivery` is the stream of the delivery that opened the todo (empty for a push);
     `endpoint_stream` is its endpoint's (its slug, revocation and expiry). `now` decides only
-    what the clock decides: whether a lease has lapsed or a retry is due."""
+    what the clock decides: whether a lease has lapsed or a retry is due. `held` is the one fact
+    not in these events: what its queue's limits refuse at `now` (max_in_flight, rate), which the
+    *because* of a todo claimable but for them adds; the story stays the events'."""
     todo = Todo.replay([r.event for r in todo_stream])
     if todo is None:
         raise ValueError("a todo's story needs its events")
@@ -152,7 +155,7 @@ def explain(
             case QueueControlsSet(queue=queue) if queue in queues:
                 story.tell(recorded, _controls_text(recorded.event))
     story.lines.sort(key=lambda line: line["position"])
-    return {"state": todo.state, "because": _because(todo, todo_stream, endpoint, now), "story": story.lines}
+    return {"state": todo.state, "because": _because(todo, todo_stream, endpoint, now, held), "story": story.lines}
 
 
 def _controls_text(event: QueueControlsSet) -> str:
@@ -282,7 +285,8 @@ def _opened_text(event: TodoOpened, endpoint: dict[str, Any], delivered: tuple[s
     return f"Pushed by {who(event.actor)} to {where} (source {event.source}{kind}{key}).{later}"
 
 
-def _because(todo: Todo, stream: Sequence[Recorded], endpoint: dict[str, Any], now: datetime) -> str:
+def _because(todo: Todo, stream: Sequence[Recorded], endpoint: dict[str, Any], now: datetime,
+             held: Refusal | None) -> str:
     last = stream[-1].event
     if todo.state == DONE:
         if isinstance(last, TodoDiscarded):
@@ -325,7 +329,21 @@ def _because(todo: Todo, stream: Sequence[Recorded], endpoint: dict[str, Any], n
     if paused is not None and not revoked:
         return (f"pending, but queue {todo.queue} paused by {who(paused[0])} at {iso(paused[1])}: "
                 "no claim is admitted until it is resumed")
-    return f"pending: {_pending_since(todo, last)}{revoked}"
+    return f"pending: {_pending_since(todo, last)}{revoked or _held(todo.queue, held, now)}"
+
+
+def _held(queue: str, held: Refusal | None, now: datetime) -> str:
+    """`; but queue q has 2 todos claimed (max_in_flight 2), so …`: what the queue's limits hold
+    back at `now`, and until when."""
+    if held is None:
+        return ""
+    if held.retry_after is not None:
+        until = f"no claim is admitted before {iso(now + held.retry_after)}"
+    elif held.reason == MAX_IN_FLIGHT:
+        until = "no claim is admitted until one of them ends"
+    else:
+        until = "no claim is admitted until it is resumed"
+    return f"; but queue {queue} {held.words}, so {until}"
 
 
 def _delayed(todo: Todo, stream: Sequence[Recorded], now: datetime) -> str:

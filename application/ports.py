@@ -116,6 +116,9 @@ class Views(Protocol):
 
     def queue_loads(self, endpoint_id: str, queues: Sequence[str], now: datetime) -> dict[str, tuple[int, int]]: ...
 
+    def queue_load(self, endpoint_id: str, queue: str, now: datetime) -> QueueLoad: ...
+    """One queue's committed load, as admission reads it on a fresh read (its claims' times too)."""
+
     def dead_letter_ids(self, endpoint_id: str, queue: str | None) -> list[str]: ...
 
     def fault_traces(self, todo_ids: Sequence[str], endpoint_ids: Sequence[str] | None,

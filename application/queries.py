@@ -11,14 +11,15 @@ from typing import Any
 from application.access import Access, Caller
 from application.explain import explain
 from application.payloads import HIDDEN, OMITTED, history_payloads
-from application.ports import EventStore, Views
+from application.ports import EventStore, Recorded, Views
 from application.presenters import ceiling, shown
 from domain.delivery import DELIVERY_PREFIX, Delivery
 from domain.endpoint import Endpoint, endpoint_uuid_of
 from domain.errors import Forbidden, InvalidArgument
 from domain.names import QUARANTINE, check_queue_name, parse_id
 from domain.payloads import PAYLOAD_FIELDS
-from domain.todo import STATES, Todo
+from domain.queue import NO_CONTROLS, Refusal, admission
+from domain.todo import PENDING, STATES, Todo
 
 _TODO_CURSOR = re.compile(r"(\d{1,19})\.(td_[0-9a-f]{32})")
 
@@ -100,9 +101,23 @@ class Queries:
         opened it and its endpoint's; whoever may read the todo may read its story (foreign ≡ unknown)."""
         todo = self.access.todo(todo_id, caller)
         delivery = parse_id(DELIVERY_PREFIX, todo.delivery_id)
+        endpoint_stream = self.store.stream(endpoint_uuid_of(todo.endpoint_id))
         return explain(self.store.stream(todo.id), now=now,
                        delivery=self.store.stream(delivery) if delivery is not None else (),
-                       endpoint_stream=self.store.stream(endpoint_uuid_of(todo.endpoint_id)))
+                       endpoint_stream=endpoint_stream, held=self._held_now(todo, endpoint_stream, now))
+
+    def _held_now(self, todo: Todo, endpoint_stream: Sequence[Recorded], now: datetime) -> Refusal | None:
+        """What its queue's limits refuse now, for a pending todo claimable but for them: admission's
+        rule on the queue's controls (the endpoint's, as its claims read them) and committed load (one
+        read, only for a queue with a limit). A pause is told from the events; None: nothing holds it."""
+        if todo.state != PENDING or not todo.is_claimable(now):
+            return None
+        endpoint = Endpoint.replay([r.event for r in endpoint_stream])
+        controls = endpoint.controls_of(todo.queue) if endpoint is not None else NO_CONTROLS
+        if controls.paused or (controls.max_in_flight is None and controls.max_claims_per_minute is None):
+            return None
+        load = self.views.queue_load(todo.endpoint_id, todo.queue, now)
+        return admission(controls, in_flight=load.in_flight, recent_claims=load.recent_claims, now=now)
 
     def page_todos(
         self, *, caller: Caller, endpoint: str | None = None, state: str | None = None,

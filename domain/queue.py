@@ -97,18 +97,22 @@ class Refusal:
             return None
         return max(1, math.ceil(self.retry_after.total_seconds()))
 
-    def conflict(self, todo_id: str, queue: str) -> Conflict:
-        """The `conflict` a `claim` of one todo of this queue answers."""
+    @property
+    def words(self) -> str:
+        """What holds the queue, after its name: `has 3 todos claimed (max_in_flight 2)`."""
         known = self.limit is not None and self.load is not None
-        words = {
+        return {
             PAUSED: "is paused",
             MAX_IN_FLIGHT: (f"has {self.load} todos claimed (max_in_flight {self.limit})" if known
                             else "is at its max_in_flight"),
             RATE_LIMITED: (f"had {self.load} claims in the last 60 s (max_claims_per_minute {self.limit})"
                            if known else "reached its max_claims_per_minute"),
         }[self.reason]
+
+    def conflict(self, todo_id: str, queue: str) -> Conflict:
+        """The `conflict` a `claim` of one todo of this queue answers."""
         after = f"; retry after {self.retry_after_seconds} s" if self.retry_after is not None else ""
-        return QueueRefused(f"{self.reason}: queue {queue} {words}, todo {todo_id} not claimable now{after}",
+        return QueueRefused(f"{self.reason}: queue {queue} {self.words}, todo {todo_id} not claimable now{after}",
                             queue, self)
 
 

@@ -7,12 +7,14 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from application.ports import QueueLoad
 from application.presenters import claimable_from, iso, row
 from domain.queue import RATE_WINDOW
 from domain.routing import envelope_with_payload
 from interfaces.store.blobs import TABLE as PAYLOADS, unpack
 from interfaces.store.database import Database, LockBusy
 from interfaces.store.projector import Projector
+from interfaces.store.queues import SqlQueueLoad
 from projections.base import from_micros, micros
 from projections.todo_rows import COLUMNS
 
@@ -130,6 +132,10 @@ class SqlViews:
         ):
             loads[q] = (loads[q][0], int(n))
         return loads
+
+    def queue_load(self, endpoint_id: str, queue: str, now: datetime) -> QueueLoad:
+        """One queue's committed load, read as admission reads it (`SqlQueueLoad.load`)."""
+        return SqlQueueLoad(self.db).load(endpoint_id, queue, now)
 
     def dead_letter_ids(self, endpoint_id: str, queue: str | None) -> list[str]:
         """Every dead letter of the endpoint (or of one of its queues), oldest first."""

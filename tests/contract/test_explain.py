@@ -284,6 +284,39 @@ def test_a_pending_todo_in_a_paused_queue_says_who_paused_it_and_when(sb):
         ", admitted under the queue's limits (max_in_flight 3).")
 
 
+def test_a_pending_todo_its_queues_limits_hold_back_says_which_limit_holds_it_and_until_when(sb):
+    """The one fact of the because not in the events: its queue's load now, read as admission reads
+    it (ADR 26). The story stays the events'."""
+    vended = sb.vend("worker")
+    queue = vended["queues"][0]
+    sb.app.set_queue_controls(vended["slug"], queue, caller=ADMIN, max_in_flight=2)
+    todos, pushed_at = [], []
+    for _ in range(5):
+        todos.append(sb.push(vended)["id"])
+        pushed_at.append(sb.clock.now().isoformat().replace("+00:00", "Z"))
+        sb.tick()
+    first = sb.app.claim_next(caller=agent(vended))["todo"]["id"]
+    sb.app.claim_next(caller=agent(vended))
+
+    explained = sb.app.explain(todos[2], caller=ADMIN)
+    assert explained["because"] == (
+        f"pending: claimable since it was pushed at {pushed_at[2]}; but queue {queue} has 2 todos claimed "
+        "(max_in_flight 2), so no claim is admitted until one of them ends")
+    assert texts(explained) == [f"Pushed by the CLI to endpoint {vended['slug']}, queue {queue} (source operator)."]
+
+    sb.app.complete(first, caller=agent(vended))
+    assert sb.app.explain(todos[2], caller=ADMIN)["because"] == f"pending: claimable since it was pushed at {pushed_at[2]}"
+
+    sb.app.set_queue_controls(vended["slug"], queue, caller=ADMIN, max_in_flight=None, max_claims_per_minute=2)
+    sb.app.claim_next(caller=agent(vended))
+    window_frees = sb.later(60).isoformat().replace("+00:00", "Z")
+    sb.tick(10)
+    sb.app.claim_next(caller=agent(vended))
+    assert sb.app.explain(todos[4], caller=ADMIN)["because"] == (
+        f"pending: claimable since it was pushed at {pushed_at[4]}; but queue {queue} had 2 claims in the last "
+        f"60 s (max_claims_per_minute 2), so no claim is admitted before {window_frees}")
+
+
 def test_a_bulk_retry_names_its_bulk_action(sb):
     vended = sb.vend("worker")
     todo_id = sb.push(vended)["id"]

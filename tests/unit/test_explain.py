@@ -13,6 +13,7 @@ from application.explain import explain, ordinal, quoted, who
 from application.ports import Recorded
 from domain.endpoint import EndpointVended
 from domain.events import DomainEvent
+from domain.queue import RATE_LIMITED, Refusal
 from domain.todo import TodoClaimed, TodoCompleted, TodoOpened
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -85,6 +86,20 @@ def test_a_pending_todo_of_an_expired_endpoint_says_so_by_the_given_now():
         "pending: claimable since it was pushed at 2026-01-01T00:00:00Z")
     assert explain(stream, now=T0 + timedelta(hours=1), endpoint_stream=endpoint)["because"].endswith(
         f"; but endpoint {SLUG} expired at 2026-01-01T01:00:00Z, so none of its agents can claim it")
+
+
+def test_what_the_queues_limits_hold_back_now_is_added_to_the_because_only():
+    stream = [Recorded(3, opened())]
+    rated = Refusal(RATE_LIMITED, timedelta(seconds=20), limit=30, load=30)
+    now = T0 + timedelta(minutes=5)
+    explained = explain(stream, now=now, endpoint_stream=[vended()], held=rated)
+    assert explained["because"] == (
+        "pending: claimable since it was pushed at 2026-01-01T00:00:00Z; but queue inbox had 30 claims in the "
+        "last 60 s (max_claims_per_minute 30), so no claim is admitted before 2026-01-01T00:05:20Z")
+    assert explained["story"] == explain(stream, now=now, endpoint_stream=[vended()])["story"]
+    expired = [vended(expires_at=T0 + timedelta(hours=1))]  # no agent can claim it at all: that is said instead
+    assert explain(stream, now=T0 + timedelta(hours=1), endpoint_stream=expired, held=rated)["because"].endswith(
+        "so none of its agents can claim it")
 
 
 @dataclass(frozen=True, kw_only=True)
