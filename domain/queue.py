@@ -170,12 +170,13 @@ def parse_delay(text: str) -> timedelta:
     return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
 
 
-def check_delay_seconds(seconds: object) -> timedelta | None:
-    """A release's snooze: 0..86400 seconds (0 or None: none)."""
+def check_delay_seconds(seconds: object, *, name: str = "delay_seconds") -> timedelta | None:
+    """A release's snooze: 0..86400 seconds (0 or None: none). A refusal names the field `name`
+    (the board's form calls it by its label)."""
     if seconds is None:
         return None
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
-        raise InvalidArgument("delay_seconds must be a number of seconds within 0..86400")
+        raise InvalidArgument(f"{name} must be a number of seconds within 0..86400")
     if not 0 <= seconds <= MAX_DELAY.total_seconds():
-        raise InvalidArgument("delay_seconds must be within 0..86400")
+        raise InvalidArgument(f"{name} must be within 0..86400")
     return timedelta(seconds=seconds) if seconds > 0 else None

@@ -40,8 +40,13 @@ def test_a_release_from_the_board_can_snooze(admin, endpoint, server):
     other = push(server.cli, endpoint["slug"], "claimed to see its release form")
     admin.post(f"/todos/{other}/claim")
     assert 'id="release-delay"' in admin.page(f"/todos/{other}")
-    refused = admin.post(f"/todos/{other}/release", delay_seconds="90000")
-    assert refused.status_code == 400 and any("delay_seconds" in a for a in alerts(refused.text))
+    # both refusals name the field as the form labels it ("Snooze seconds"), not the API's delay_seconds
+    for typed, says in (("90000", "snooze seconds must be within 0..86400"),
+                        ("soon", "snooze seconds must be a whole number")):
+        refused = admin.post(f"/todos/{other}/release", delay_seconds=typed)
+        assert refused.status_code == 400 and any(says in a for a in alerts(refused.text)), alerts(refused.text)
+        assert not any("delay_seconds" in a for a in alerts(refused.text))
+    assert server.cli.json("todo", "show", other)["state"] == "claimed"  # the lease is kept
 
 
 def test_retry_all_on_the_dead_letter_view_retries_them_in_one_bulk_action(admin, endpoint, server):

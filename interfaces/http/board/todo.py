@@ -15,6 +15,7 @@ from litestar.response import Redirect
 from application.service import Caller, Switchboard
 from domain.errors import NotFound
 from domain.names import QUARANTINE
+from domain.queue import check_delay_seconds
 from interfaces.http.auth import caller_of
 from interfaces.http.board import forms
 from interfaces.http.board.filters import size
@@ -42,6 +43,18 @@ def todo_context(board: Board, caller: Caller, todo_id: str) -> dict[str, Any]:
 Command = Callable[[Switchboard, str, forms.Form, Caller], Any]
 
 
+SNOOZE = "snooze seconds"
+"""The release form's delay field, as its label says it; its refusals say it the same way."""
+
+
+def _snooze(form: forms.Form) -> int | None:
+    """The release form's snooze: a whole number in the domain's range, refused in the form's words
+    (not the API's `delay_seconds`); the application checks it again, as for every caller."""
+    seconds = forms.whole_number(form, "delay_seconds", SNOOZE)
+    check_delay_seconds(seconds, name=SNOOZE)
+    return seconds
+
+
 def _summary(form: forms.Form) -> str | None:
     return forms.text(form, "summary") or None
 
@@ -62,7 +75,7 @@ ACTIONS: dict[str, tuple[str, Command]] = {
         todo_id, caller=caller, lease_ttl_seconds=forms.whole_number(form, "lease_ttl_seconds", "lease seconds"))),
     "release": ("released", lambda app, todo_id, form, caller: app.release(
         todo_id, caller=caller, summary=_summary(form),
-        delay_seconds=forms.whole_number(form, "delay_seconds", "snooze seconds"))),
+        delay_seconds=_snooze(form))),
     "retry": ("retried", lambda app, todo_id, form, caller: app.retry(todo_id, caller=caller)),
     "move": ("moved", lambda app, todo_id, form, caller: app.release_quarantined(
         todo_id, forms.text(form, "queue"), caller=caller)),
