@@ -4,11 +4,13 @@ Thin adapters: each route authenticates (`api_guard`: a bearer `sbo_` token, or 
 session plus its CSRF header), calls one application method as that operator in a worker thread,
 and answers JSON. Errors go through the one error table (interfaces/http/errors.py); another
 operator's ids answer 404 exactly like unknown ones, because the application says `not_found`.
+A JSON body is read with JSON's own types (`check_body`): the string "3" is no number there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 import time
@@ -18,10 +20,12 @@ from typing import Annotated, Any
 import anyio.to_thread
 import msgspec
 from litestar import Request, Response, Router, get, post, put
-from litestar.datastructures import CacheControlHeader
+from litestar.datastructures import URL, CacheControlHeader
+from litestar.enums import RequestEncodingType
+from litestar.exceptions import ValidationException
 from litestar.openapi import ResponseSpec
 from litestar.openapi.spec import SecurityRequirement
-from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from litestar.params import BodyKwarg, FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
@@ -417,17 +421,49 @@ def api_router(app: Switchboard, webhooks: Webhooks, feed: TransitionFeed, audit
     for handler in handlers:
         handler.responses = {**ERROR_RESPONSES, **(handler.responses or {})}
     return Router(
-        path="/api/v1", guards=[api_guard], security=SECURITY, tags=["operator"], before_request=refuse_deep_json,
+        path="/api/v1", guards=[api_guard], security=SECURITY, tags=["operator"], before_request=check_body,
         cache_control=CacheControlHeader(no_store=True),  # answers carry credentials and payloads
         route_handlers=handlers,
     )
 
 
-async def refuse_deep_json(request: Request) -> Response | None:
-    """After the guard, before the body is parsed: JSON nested too deep is a 400, never a 500."""
-    if request.method in ("POST", "PUT", "PATCH") and json_too_deep(await request.body()):
+async def check_body(request: Request) -> Response | None:
+    """After the guard, before Litestar parses the body: JSON nested too deep is a 400, never a
+    500; then the body is decoded against the route's declared type with JSON's own types, so a
+    value of the wrong type ("3" for a number, "true" or 1 for a boolean, "null" for null) is 422
+    `validation_failed` (docs/reference.md). Litestar converts every parameter with msgspec's lax
+    rules, which query strings need (`?limit=10`) and a JSON body must not get; a body that passes
+    here passes those too. Malformed JSON is left to Litestar's 400."""
+    if request.method not in ("POST", "PUT", "PATCH"):
+        return None
+    body = await request.body()
+    if json_too_deep(body):
         return error_response(TOO_DEEP, "invalid_argument")
+    data = request.route_handler.parsed_fn_signature.parameters.get("data")
+    if data is None or not isinstance(data.kwarg_definition, BodyKwarg) or (
+            data.kwarg_definition.media_type is not RequestEncodingType.JSON):
+        return None
+    try:
+        _strict_decoder(data.annotation).decode(body or b"null")  # an empty body is null, as Litestar reads it
+    except msgspec.ValidationError as error:
+        raise _misfit(request, error) from None
+    except msgspec.DecodeError:
+        pass  # malformed JSON: Litestar's own 400 invalid_argument when it parses the body
     return None
+
+
+@functools.cache
+def _strict_decoder(annotation: Any) -> msgspec.json.Decoder:
+    return msgspec.json.Decoder(annotation, strict=True)
+
+
+def _misfit(request: Request, error: msgspec.ValidationError) -> ValidationException:
+    """The 422 Litestar makes of a body that does not fit, naming the field as it does: msgspec's
+    "… - at `$.max_in_flight`" is key `max_in_flight`, a misfit of the whole body key `data`."""
+    message, _, at = str(error).partition(" - at `$")
+    url = URL.from_components(path=request.url.path, query=request.url.query)
+    return ValidationException(detail=f"Validation failed for {request.method} {url}", extra=[
+        {"message": message, "key": at.rstrip("`").removeprefix(".") or "data", "source": "body"}])
 
 
 async def _transitions(feed: TransitionFeed, owner: str | None, after: int,

@@ -586,6 +586,92 @@ def test_push_to_an_unknown_endpoint_is_404_and_an_oversized_body_is_413(api):
     assert ok(api.get("/todos", params={"endpoint": endpoint["slug"]}))["todos"] == []
 
 
+# -- JSON types: a body's values are read as the types they are ----------------------------------
+#
+# reference.md's error table: a wrong type is 422 validation_failed. The JSON string "3" is not a
+# number, "true" (or 1) is not a boolean, "null" is not null, 7 is not text; nothing is stored. A
+# query parameter is text by nature and is read as its type (`?limit=10`; `?limit=ten` is 422,
+# test_list_todos_filters_newest_first_and_limit_bounds).
+
+
+@pytest.mark.parametrize("change", [
+    pytest.param({"max_in_flight": "3"}, id="int-as-text"),
+    pytest.param({"max_claims_per_minute": "30"}, id="rate-as-text"),
+    pytest.param({"max_in_flight": 3.0}, id="int-as-float"),
+    pytest.param({"max_in_flight": "null"}, id="null-as-text"),
+    pytest.param({"paused": "true"}, id="bool-as-text"),
+    pytest.param({"paused": 1}, id="bool-as-number"),
+])
+def test_queue_controls_of_the_wrong_json_type_are_refused_and_change_nothing(api, change):
+    endpoint = vend(api)
+    queues = f"/endpoints/{endpoint['slug']}/queues"
+    ok(api.put(f"{queues}/inbox", {"max_in_flight": 5}))
+    before = ok(api.get(queues))
+    (field,) = change
+    assert field in refused(api.put(f"{queues}/inbox", change), 422, "validation_failed")
+    assert ok(api.get(queues)) == before
+    assert ok(api.put(f"{queues}/inbox", {"paused": True, "max_in_flight": 3, "max_claims_per_minute": 30})) == {
+        "queue": "inbox", "paused": True, "max_in_flight": 3, "max_claims_per_minute": 30, "in_flight": 0,
+        "claims_last_minute": 0}
+
+
+def test_a_lease_or_a_delay_sent_as_text_is_refused_and_the_todo_stays_as_it_was(api):
+    endpoint = vend(api)
+    todo_id = push(api, endpoint)["id"]
+    path = f"/todos/{todo_id}"
+    for body in ({"lease_ttl_seconds": "120"}, {"lease_ttl_seconds": "nan"}):
+        assert "lease_ttl_seconds" in refused(api.post(f"{path}/claim", body), 422, "validation_failed")
+    assert todo(api, todo_id)["state"] == "pending"
+    claimed = ok(api.post(f"{path}/claim", {"lease_ttl_seconds": 120}))
+    events = ok(api.get(f"{path}/history"))["events"]
+    assert "lease_ttl_seconds" in refused(api.post(f"{path}/extend", {"lease_ttl_seconds": "600"}), 422,
+                                          "validation_failed")
+    assert "delay_seconds" in refused(api.post(f"{path}/release", {"delay_seconds": "600"}), 422,
+                                      "validation_failed")
+    assert "summary" in refused(api.post(f"{path}/release", {"summary": 5}), 422, "validation_failed")
+    held = todo(api, todo_id)
+    assert (held["state"], held["lease_expires_at"]) == ("claimed", claimed["lease_expires_at"])
+    assert ok(api.get(f"{path}/history"))["events"] == events
+
+
+@pytest.mark.parametrize("change", [
+    pytest.param({"webhook_max": "3"}, id="ceiling-as-text"),
+    pytest.param({"ttl_seconds": "3600"}, id="ttl-as-text"),
+    pytest.param({"default_lease_ttl_seconds": "120"}, id="lease-as-text"),
+    pytest.param({"agent": 7}, id="agent-as-number"),
+])
+def test_vend_refuses_a_value_of_the_wrong_json_type(api, change):
+    before = len(ok(api.get("/endpoints"))["endpoints"])
+    body = {"agent": unique("typed"), "queues": ["inbox"]} | change
+    (field,) = change
+    assert field in refused(api.post("/endpoints", body), 422, "validation_failed")
+    assert len(ok(api.get("/endpoints"))["endpoints"]) == before
+
+
+def test_a_bulk_retry_with_booleans_sent_as_text_is_refused_and_retries_nothing(api):
+    endpoint = vend(api)
+    todo_id = push(api, endpoint)["id"]
+    for _ in range(5):  # a release spends an attempt: the fifth makes a dead letter
+        ok(api.post(f"/todos/{todo_id}/claim"))
+        released = ok(api.post(f"/todos/{todo_id}/release"))
+    assert (released["state"], released["dead_letter"]) == ("failed", True)
+    for change in ({"dead_letters": "true"}, {"dry_run": "false"}, {"dry_run": 0}, {"queue": 1}):
+        body = {"endpoint": endpoint["slug"], "dead_letters": True, "dry_run": True} | change
+        (field,) = change
+        assert field in refused(api.post("/todos/retry", body), 422, "validation_failed")
+    still = todo(api, todo_id)
+    assert (still["state"], still["dead_letter"]) == ("failed", True)
+    assert ok(api.post("/todos/retry", {"endpoint": endpoint["slug"], "dead_letters": True, "dry_run": True})) == {
+        "would_retry": 1}
+
+
+def test_a_replay_of_the_last_n_sent_as_text_is_refused(api):
+    hook = webhook(api, vend(api))
+    path = f"/webhooks/{hook['webhook_id']}/rules/replay"
+    assert "last" in refused(api.post(path, {"rules": [], "last": "10"}), 422, "validation_failed")
+    assert ok(api.post(path, {"rules": [], "last": 10}))["evaluated"] == 0
+
+
 # -- webhooks -----------------------------------------------------------------------------------
 
 
