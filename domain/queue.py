@@ -41,6 +41,18 @@ def _check_limit(name: str, value: object, high: int) -> int | None:
     return value
 
 
+def check_max_in_flight(value: object, *, name: str = "max_in_flight") -> int | None:
+    """A queue's limit on its claimed todos at once: 1..10000, or None for none. A refusal names the
+    field `name` (the board's form calls it by its label)."""
+    return _check_limit(name, value, MAX_IN_FLIGHT_LIMIT)
+
+
+def check_max_claims_per_minute(value: object, *, name: str = "max_claims_per_minute") -> int | None:
+    """A queue's limit on its claims in any 60 s: 1..100000, or None for none. A refusal names the
+    field `name` (the board's form calls it by its label)."""
+    return _check_limit(name, value, MAX_RATE_LIMIT)
+
+
 @dataclass(frozen=True)
 class QueueControls:
     """The controls of one queue; the default (nothing set) admits every claim."""
@@ -52,8 +64,8 @@ class QueueControls:
     def __post_init__(self) -> None:
         if not isinstance(self.paused, bool):
             raise InvalidArgument("paused must be true or false")
-        _check_limit("max_in_flight", self.max_in_flight, MAX_IN_FLIGHT_LIMIT)
-        _check_limit("max_claims_per_minute", self.max_claims_per_minute, MAX_RATE_LIMIT)
+        check_max_in_flight(self.max_in_flight)
+        check_max_claims_per_minute(self.max_claims_per_minute)
 
     @property
     def controlled(self) -> bool:

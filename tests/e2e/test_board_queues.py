@@ -30,6 +30,22 @@ def test_the_endpoint_page_links_to_its_queue_controls_which_set_and_show_them(a
     assert admin.post("/endpoints/nobody-zz99/queues/inbox", paused="1").status_code == 404
 
 
+def test_the_controls_form_names_each_limit_as_its_label_in_every_refusal(admin, endpoint, server):
+    """Out of range said `max_in_flight must be within 1..10000` (the API's name) where a non-number
+    said "max in flight must be a whole number" (the form's label)."""
+    page = admin.page(f"/endpoints/{endpoint['slug']}/queues")
+    assert ">Max in flight</label>" in page and ">Claims per minute</label>" in page
+    for field, typed, says in (
+            ("max_in_flight", "10001", "max in flight must be within 1..10000"),
+            ("max_in_flight", "many", "max in flight must be a whole number"),
+            ("max_claims_per_minute", "0", "claims per minute must be within 1..100000"),
+            ("max_claims_per_minute", "lots", "claims per minute must be a whole number")):
+        refused = admin.post(f"/endpoints/{endpoint['slug']}/queues/reviews", paused="1", **{field: typed})
+        assert refused.status_code == 400 and any(says in a for a in alerts(refused.text)), alerts(refused.text)
+        assert not any(field in a for a in alerts(refused.text))
+    assert server.cli.json("queue", "list", endpoint["slug"])["queues"][1]["paused"] is False  # nothing set
+
+
 def test_a_release_from_the_board_can_snooze(admin, endpoint, server):
     todo = push(server.cli, endpoint["slug"], "snooze me")
     assert admin.post(f"/todos/{todo}/claim").status_code == 303

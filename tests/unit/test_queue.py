@@ -11,7 +11,7 @@ from domain.endpoint import Endpoint, QueueControlsSet, credential_hash
 from domain.errors import Conflict, InvalidArgument
 from domain.queue import (
     MAX_IN_FLIGHT, NO_CONTROLS, PAUSED, RATE_LIMITED, QueueControls, QueueRefused, Refusal, admission,
-    check_delay_seconds, parse_delay, soonest,
+    check_delay_seconds, check_max_claims_per_minute, check_max_in_flight, parse_delay, soonest,
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -51,6 +51,19 @@ def test_limits_out_of_range_are_invalid_arguments(limits):
 def test_the_extreme_limits_are_accepted():
     assert QueueControls(max_in_flight=1, max_claims_per_minute=1).controlled
     assert QueueControls(max_in_flight=10_000, max_claims_per_minute=100_000).controlled
+
+
+def test_a_limit_out_of_range_is_refused_under_the_name_its_caller_gives_it():
+    """The API's name by default; the board's form its label."""
+    with pytest.raises(InvalidArgument, match=r"^max_in_flight must be within 1\.\.10000 \(or none: no limit\)$"):
+        QueueControls(max_in_flight=0)
+    with pytest.raises(InvalidArgument, match=r"^max_claims_per_minute must be within 1\.\.100000 "):
+        QueueControls(max_claims_per_minute=100_001)
+    with pytest.raises(InvalidArgument, match=r"^max in flight must be within 1\.\.10000 "):
+        check_max_in_flight(10_001, name="max in flight")
+    with pytest.raises(InvalidArgument, match=r"^claims per minute must be within 1\.\.100000 "):
+        check_max_claims_per_minute(0, name="claims per minute")
+    assert check_max_in_flight(None) is None and check_max_claims_per_minute(30) == 30
 
 
 # --- admission --------------------------------------------------------------------------------

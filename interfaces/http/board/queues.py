@@ -11,9 +11,25 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect
 
+from domain.queue import check_max_claims_per_minute, check_max_in_flight
 from interfaces.http.auth import caller_of
 from interfaces.http.board import forms
 from interfaces.http.board.pages import Board
+
+
+MAX_IN_FLIGHT, RATE = "max in flight", "claims per minute"
+"""The controls form's limit fields, as its labels say them; their refusals say them the same way."""
+
+
+def _max_in_flight(form: forms.Form) -> int | None:
+    """The form's max in flight: a whole number in the domain's range, refused in the form's words (not
+    the API's `max_in_flight`); the application checks it again, as for every caller."""
+    return check_max_in_flight(forms.whole_number(form, "max_in_flight", MAX_IN_FLIGHT), name=MAX_IN_FLIGHT)
+
+
+def _rate(form: forms.Form) -> int | None:
+    """The form's claims per minute, likewise (not `max_claims_per_minute`)."""
+    return check_max_claims_per_minute(forms.whole_number(form, "max_claims_per_minute", RATE), name=RATE)
 
 
 def queues_page(board: Board, request: Request, ref: str, *, status: int = 200, error: str | None = None) -> Response:
@@ -32,9 +48,7 @@ class QueuePages(Controller):
         def act() -> Response:
             board.app.set_queue_controls(
                 ref, queue, caller=caller_of(request), paused=forms.text(data, "paused") == "1",
-                max_in_flight=forms.whole_number(data, "max_in_flight", "max in flight"),
-                max_claims_per_minute=forms.whole_number(data, "max_claims_per_minute", "claims per minute"),
-            )
+                max_in_flight=_max_in_flight(data), max_claims_per_minute=_rate(data))
             return Redirect(f"/endpoints/{quote(ref)}/queues?done=queue_set", status_code=303)
 
         return board.form(act, lambda **refused: queues_page(board, request, ref, **refused), subject=True)
