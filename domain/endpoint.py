@@ -48,15 +48,16 @@ def credential_hash(credential: str) -> str:
     return hashlib.sha256(credential.encode()).hexdigest()
 
 
-def check_default_lease(seconds: int | None) -> int | None:
-    """A default lease is 60..86400 seconds, or None for the 300 s default."""
+def check_default_lease(seconds: int | None, *, name: str = "default lease") -> int | None:
+    """A default lease is 60..86400 seconds, or None for the 300 s default. A refusal names the field
+    `name` (the board's vend form calls it by its label)."""
     if seconds is None:
         return None
     if isinstance(seconds, bool) or not isinstance(seconds, int):
-        raise InvalidArgument("default lease must be a whole number of seconds")
+        raise InvalidArgument(f"{name} must be a whole number of seconds")
     low, high = int(MIN_DEFAULT_LEASE.total_seconds()), int(MAX_LEASE.total_seconds())
     if not low <= seconds <= high:
-        raise InvalidArgument(f"default lease must be within {low}..{high} seconds")
+        raise InvalidArgument(f"{name} must be within {low}..{high} seconds")
     return seconds
 
 

@@ -417,6 +417,17 @@ def test_vend_takes_verbs_lease_and_refuses_bad_input_keeping_the_form(admin):
     assert admin.post("/endpoints", agent="x", queues="q", scope="1").status_code == 400  # no verb ticked
 
 
+def test_the_vend_form_names_its_default_lease_as_its_label_in_every_refusal(admin):
+    """Out of range said "default lease must be within 60..86400 seconds" where a non-number said
+    "default lease seconds must be a whole number", as the form labels it."""
+    assert ">Default lease seconds <span" in admin.page("/endpoints")
+    for typed, says in (("30", "default lease seconds must be within 60..86400 seconds"),
+                        ("soon", "default lease seconds must be a whole number")):
+        refused = admin.post("/endpoints", agent="leased", queues="inbox", ttl="7d", default_lease=typed)
+        assert refused.status_code == 400 and any(says in a for a in alerts(refused.text)), alerts(refused.text)
+        assert f'value="{typed}"' in refused.text  # the form is kept
+
+
 def test_revoking_an_endpoint_from_the_board(admin):
     answer = admin.post("/endpoints", agent="short lived", queues="tmp")
     slug = re.search(r"<h1>Endpoint <code>([a-z0-9-]+)</code> vended</h1>", answer.text).group(1)

@@ -10,11 +10,21 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect
 
-from domain.endpoint import ALL_VERBS, DEFAULT_WEBHOOK_MAX, SOURCE_TYPES
+from domain.endpoint import ALL_VERBS, DEFAULT_WEBHOOK_MAX, SOURCE_TYPES, check_default_lease
 from domain.errors import InvalidArgument
 from interfaces.http.auth import caller_of
 from interfaces.http.board import forms
 from interfaces.http.board.pages import Board
+
+
+DEFAULT_LEASE = "default lease seconds"
+"""The vend form's lease field, as its label says it; its refusals say it the same way."""
+
+
+def _default_lease(form: forms.Form) -> int | None:
+    """The vend form's default lease: a whole number in the domain's range, refused in the form's
+    words (not the API's `default lease`); the application checks it again, as for every caller."""
+    return check_default_lease(forms.whole_number(form, "default_lease", DEFAULT_LEASE), name=DEFAULT_LEASE)
 
 
 def endpoints_page(board: Board, request: Request, *, status: int = 200, error: str | None = None,
@@ -52,7 +62,7 @@ class EndpointPages(Controller):
                 webhook_max=DEFAULT_WEBHOOK_MAX if webhook_max is None else webhook_max,
                 webhook_queues=forms.names(forms.text(data, "webhook_queues")) or None,
                 ttl_seconds=forms.lifetime(forms.text(data, "ttl")),
-                default_lease_seconds=forms.whole_number(data, "default_lease", "default lease seconds"),
+                default_lease_seconds=_default_lease(data),
             )
             return board.render(request, "vended.html", section="endpoints", vended=vended,
                                 mcp_json=json.dumps(vended["mcp_json"], indent=2))
