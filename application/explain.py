@@ -340,7 +340,7 @@ def _held(queue: str, held: Refusal | None, now: datetime) -> str:
     if held.retry_after is not None:
         until = f"no claim is admitted before {iso(now + held.retry_after)}"
     elif held.reason == MAX_IN_FLIGHT:
-        until = "no claim is admitted until one of them ends"
+        until = f"no claim is admitted until {'it' if held.load == 1 else 'one of them'} ends"
     else:
         until = "no claim is admitted until it is resumed"
     return f"; but queue {queue} {held.words}, so {until}"

@@ -111,13 +111,15 @@ class Refusal:
 
     @property
     def words(self) -> str:
-        """What holds the queue, after its name: `has 3 todos claimed (max_in_flight 2)`."""
+        """What holds the queue, after its name: `has 3 todos claimed (max_in_flight 2)`, `has 1 todo
+        claimed (max_in_flight 1)`."""
         known = self.limit is not None and self.load is not None
+        s = "" if self.load == 1 else "s"
         return {
             PAUSED: "is paused",
-            MAX_IN_FLIGHT: (f"has {self.load} todos claimed (max_in_flight {self.limit})" if known
+            MAX_IN_FLIGHT: (f"has {self.load} todo{s} claimed (max_in_flight {self.limit})" if known
                             else "is at its max_in_flight"),
-            RATE_LIMITED: (f"had {self.load} claims in the last 60 s (max_claims_per_minute {self.limit})"
+            RATE_LIMITED: (f"had {self.load} claim{s} in the last 60 s (max_claims_per_minute {self.limit})"
                            if known else "reached its max_claims_per_minute"),
         }[self.reason]
 

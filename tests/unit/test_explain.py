@@ -13,7 +13,7 @@ from application.explain import explain, ordinal, quoted, who
 from application.ports import Recorded
 from domain.endpoint import EndpointVended
 from domain.events import DomainEvent
-from domain.queue import RATE_LIMITED, Refusal
+from domain.queue import MAX_IN_FLIGHT, RATE_LIMITED, Refusal
 from domain.todo import TodoClaimed, TodoCompleted, TodoOpened
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -100,6 +100,14 @@ def test_what_the_queues_limits_hold_back_now_is_added_to_the_because_only():
     expired = [vended(expires_at=T0 + timedelta(hours=1))]  # no agent can claim it at all: that is said instead
     assert explain(stream, now=T0 + timedelta(hours=1), endpoint_stream=expired, held=rated)["because"].endswith(
         "so none of its agents can claim it")
+
+
+def test_one_todo_claimed_is_said_in_the_singular():
+    """It said "has 1 todos claimed (max_in_flight 1), so no claim is admitted until one of them ends"."""
+    full = Refusal(MAX_IN_FLIGHT, limit=1, load=1)
+    assert explain([Recorded(3, opened())], now=T0, endpoint_stream=[vended()], held=full)["because"] == (
+        "pending: claimable since it was pushed at 2026-01-01T00:00:00Z; but queue inbox has 1 todo claimed "
+        "(max_in_flight 1), so no claim is admitted until it ends")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -145,6 +145,17 @@ def test_a_refused_claim_names_the_limit_that_refused_it():
         " claimable now; retry after 60 s")
 
 
+def test_a_refusal_counts_one_todo_or_claim_in_the_singular():
+    """It said "has 1 todos claimed" and "had 1 claims"."""
+    one = admission(QueueControls(max_in_flight=1), in_flight=1, recent_claims=[], now=T0)
+    assert one.words == "has 1 todo claimed (max_in_flight 1)"
+    assert str(one.conflict("td_1", "builds")) == (
+        "max_in_flight: queue builds has 1 todo claimed (max_in_flight 1), todo td_1 not claimable now")
+    rated = admission(QueueControls(max_claims_per_minute=1), in_flight=0, recent_claims=[T0], now=at(10))
+    assert rated.words == "had 1 claim in the last 60 s (max_claims_per_minute 1)"
+    assert Refusal(MAX_IN_FLIGHT, limit=1, load=2).words == "has 2 todos claimed (max_in_flight 1)"
+
+
 # --- the endpoint holds its queues' controls ----------------------------------------------------
 
 
