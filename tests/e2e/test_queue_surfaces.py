@@ -1,7 +1,8 @@
-"""Queue controls, delays and bulk retry on every surface (CONTRACT §13): the CLI in its own
-process, the operator API and MCP over real HTTP against one `switchboard serve` on SQLite; and a
-bulk retry of 500 dead letters by the CLI on each store. The limits across two `serve` processes
-on PostgreSQL: tests/e2e/test_queue_limits_two_serves.py."""
+"""Queue controls, delays and bulk retry from the CLI (CONTRACT §13): `queue set` and `queue list`,
+`todo push --delay`/`--not-before` and `todo retry --dead-letters`, each command in its own process
+on the store of one `switchboard serve` on SQLite; and a bulk retry of 500 dead letters by the CLI
+on each store. The limits across two `serve` processes on PostgreSQL:
+tests/e2e/test_queue_limits_two_serves.py."""
 
 from __future__ import annotations
 
@@ -10,14 +11,11 @@ import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
-import anyio
-import httpx
 import pytest
 
 from tests.e2e._ingest import Stack
 from tests.e2e._support import Cli
 from tests.integration._support import dead_letters
-from tests.e2e.test_mcp import call, connect, refused
 
 
 @pytest.fixture(scope="module")
@@ -26,14 +24,6 @@ def stack(tmp_path_factory) -> Iterator[Stack]:
     running = Stack(f"sqlite:///{base}/switchboard.db", base / "var", secret_key=secrets.token_hex(32)).start()
     yield running
     running.close()
-
-
-@pytest.fixture(scope="module")
-def api(stack) -> httpx.Client:
-    token = stack.cli.json("operator", "token", "admin")["token"]
-    with httpx.Client(base_url=f"{stack.server.base}/api/v1", headers={"authorization": f"Bearer {token}"},
-                      timeout=30) as client:
-        yield client
 
 
 def vend(stack: Stack, *queues: str) -> dict:
