@@ -1,7 +1,7 @@
 """The doorbell: rings one live session of an endpoint when one of its todos becomes claimable.
 
 Every process runs one `Doorbell` on the event loop that serves MCP (the session registry is
-confined to it). It never learns of todos by message: the inline `sb_doorbell` projection holds
+confined to it). It never learns of todos by message: the inline `sb_claimable` projection holds
 every pending todo and since when, written in the transaction of the event that made it pending,
 whichever process (a server, the CLI) wrote it. The doorbell scans it for rings due on the
 endpoints it holds sessions of — when a local commit or a PostgreSQL NOTIFY says a ring may be due

@@ -1,6 +1,6 @@
 """The queue-load reads: what admission needs to decide a claim, and what the doorbell needs to
 know which queues cannot admit. Reads `sb_queue_controls`, `sb_in_flight`, `sb_queue_claims`
-(projections/queue_load.py) and `sb_claimable`/`sb_doorbell` for the oldest waiting todo.
+(projections/queue_load.py) and `sb_claimable` for the oldest waiting todo.
 
 Only queues with controls are ever asked about, so a queue without them costs nothing here.
 
@@ -86,8 +86,7 @@ class SqlQueueLoad:
             return None
         marks = ", ".join(["%s"] * len(queues))
         rows = self.db.query(
-            "SELECT c.todo_id, c.endpoint_id, c.queue, d.source, d.kind, d.title, d.spell FROM sb_claimable c"
-            " JOIN sb_doorbell d ON d.todo_id = c.todo_id"
+            "SELECT c.todo_id, c.endpoint_id, c.queue, c.source, c.kind, c.title, c.spell FROM sb_claimable c"
             f" WHERE c.endpoint_id = %s AND c.queue IN ({marks}) AND c.queue <> 'quarantine'"
             " AND c.available_at IS NOT NULL AND c.available_at <= %s"
             " ORDER BY c.created_at, c.todo_id LIMIT 1",

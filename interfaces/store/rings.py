@@ -1,6 +1,6 @@
 """The doorbell's SQL: rings due for some endpoints, and the once-only claim of a ring.
 
-`sb_doorbell` is the inline projection of pending todos (projections/doorbell.py). `sb_rings` is
+`sb_claimable` holds each pending todo's spell, inline (projections/claimable.py). `sb_rings` is
 not a read model: it records which ring of which pending spell has been taken by a process, so
 that with several processes on one database each ring is sent once (the primary key decides,
 `INSERT … ON CONFLICT DO NOTHING`). Old rows are pruned once no ring of theirs can be due.
@@ -45,7 +45,7 @@ class DueRing:
 
 
 class SqlRings:
-    """Reads `sb_doorbell`, writes `sb_rings`."""
+    """Reads the pending spells of `sb_claimable`, writes `sb_rings`."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -66,7 +66,7 @@ class SqlRings:
             bounds += [micros(now - offset - grace), micros(now - offset)]
         rows = self.db.query(
             "SELECT d.todo_id, d.endpoint_id, d.queue, d.source, d.kind, d.title, d.spell, d.pending_since"
-            f" FROM sb_doorbell d WHERE d.endpoint_id IN ({marks}) AND d.pending_since IS NOT NULL AND ({windows})"
+            f" FROM sb_claimable d WHERE d.endpoint_id IN ({marks}) AND d.pending_since IS NOT NULL AND ({windows})"
             " AND NOT EXISTS (SELECT 1 FROM sb_rings r WHERE r.todo_id = d.todo_id AND r.spell = d.spell"
             f" AND r.ring_no = {number}) ORDER BY d.pending_since, d.todo_id LIMIT %s",
             (*endpoint_ids, *bounds, *bounds, limit),

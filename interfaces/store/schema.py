@@ -17,8 +17,8 @@ from interfaces.store.read_checks import STALE_READS_DDL
 from interfaces.store.chain import CHAIN_DDL
 from interfaces.store.lanes import CLAIMERS_DDL
 from interfaces.store.rings import RINGS_DDL
+from projections import claimable, deliveries
 from projections.base import Projection, Tracking
-from projections.deliveries import RETIRED
 
 log = logging.getLogger("switchboard.store")
 
@@ -43,9 +43,14 @@ def create_postgres(tx: Tx, recorder: Any, projections: Sequence[Projection]) ->
     migrate(tx, projections, dialect="postgres")
 
 
+RETIRED = (*deliveries.RETIRED, *claimable.RETIRED)
+"""Tracking rows of projections replaced by others."""
+
+
 def migrate(tx: Any, projections: Sequence[Projection], *, dialect: str) -> None:
     """Our own tables (tracking, rings, claim lanes, the payload store, each projection's) and a
     tracking row per projection (none for a projection retired)."""
+    merge_live_tables(tx, dialect=dialect)  # first: it may take the events table's lock (see there)
     lanes = CLAIMERS_DDL if dialect == "postgres" else ()
     for statement in (*Tracking.DDL, *RINGS_DDL, *lanes, *CHAIN_DDL, *REFUSALS_DDL, *STALE_READS_DDL,
                       *blobs.DDL[dialect]):
@@ -99,3 +104,52 @@ def _use_lz4(tx: Tx, table: str, column: str) -> None:
         (table, column),
     ):
         tx.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET COMPRESSION lz4")
+
+
+LIVE_COLUMNS = (("source", "TEXT"), ("kind", "TEXT"), ("title", "TEXT"), ("spell", "BIGINT"),
+                ("pending_since", "BIGINT"), ("due_at", "BIGINT"))
+"""The columns `sb_claimable` took in from `sb_doorbell` and `sb_timers` (docs/adr/0036)."""
+_MERGED = {"sb_doorbell": ("source", "kind", "title", "spell", "pending_since"), "sb_timers": ("due_at",)}
+
+
+def merge_live_tables(tx: Any, *, dialect: str) -> None:
+    """A store made before docs/adr/0036 keeps the doorbell's pending spells in `sb_doorbell` and
+    the due timers in `sb_timers`, keyed like `sb_claimable`: their columns move into its rows (a
+    todo without a row there keeps nulls: a quarantined one, or one pending from before the
+    doorbell existed, as that upgrade left it) and the two tables are dropped. Once, in the opening
+    transaction: on PostgreSQL under the events table's lock, taken before any read model's, so an
+    append of a process still running the build before waits for the move and then fails on the
+    dropped tables rather than writing rows nobody reads (the upgrade wants every process on it)."""
+    old = [table for table in _MERGED if _table_exists(tx, table, dialect)]
+    if not old:
+        return
+    if dialect == "postgres":
+        tx.execute("LOCK TABLE stored_events IN EXCLUSIVE MODE")
+    if _table_exists(tx, "sb_claimable", dialect):
+        have = _columns(tx, "sb_claimable", dialect)
+        for column, kind in LIVE_COLUMNS:
+            if column not in have:
+                tx.execute(f"ALTER TABLE sb_claimable ADD COLUMN {column} {kind}")
+        for table in old:
+            columns = _MERGED[table]
+            sets = ", ".join(f"{c} = (SELECT o.{c} FROM {table} o WHERE o.todo_id = sb_claimable.todo_id)"
+                             for c in columns)
+            tx.execute(f"UPDATE sb_claimable SET {sets} WHERE todo_id IN (SELECT todo_id FROM {table})")
+    for table in old:
+        tx.execute(f"DROP TABLE {table}")
+    log.info("store: the doorbell's spells and the due timers moved into sb_claimable (docs/adr/0036)")
+
+
+def _table_exists(tx: Any, table: str, dialect: str) -> bool:
+    if dialect == "sqlite":
+        return bool(tx.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = %s", (table,)))
+    return bool(tx.execute("SELECT 1 FROM pg_tables WHERE schemaname = current_schema() AND tablename = %s",
+                           (table,)))
+
+
+def _columns(tx: Any, table: str, dialect: str) -> set[str]:
+    if dialect == "sqlite":
+        return {row[1] for row in tx.execute(f"PRAGMA table_info({table})")}
+    return {row[0] for row in tx.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema()"
+        " AND table_name = %s", (table,))}

@@ -202,12 +202,13 @@ class SqlViews:
 
     def due_timers(self, now: datetime, limit: int) -> list[str]:
         rows = self.db.query(
-            "SELECT todo_id FROM sb_timers WHERE due_at <= %s ORDER BY due_at LIMIT %s", (micros(now), limit)
+            "SELECT todo_id FROM sb_claimable WHERE due_at IS NOT NULL AND due_at <= %s ORDER BY due_at LIMIT %s",
+            (micros(now), limit),
         )
         return [r[0] for r in rows]
 
     def next_due(self) -> datetime | None:
-        (value,), = self.db.query("SELECT min(due_at) FROM sb_timers")
+        (value,), = self.db.query("SELECT min(due_at) FROM sb_claimable WHERE due_at IS NOT NULL")
         return from_micros(value)
 
     def subject_of_credential(self, sha256: str) -> tuple[str, str] | None:

@@ -14,20 +14,22 @@ from application.service import Caller
 from interfaces.store.database import Database, DatabaseUrl, array_param, coalesce_ops, run_ops
 from projections.claimable import ClaimableQueue
 from projections.counters import Counters
-from projections.doorbell import Doorbells
 from projections.idempotency_keys import IdempotencyKeys
 from projections.payload_holders import PayloadHolders
 from projections.queue_load import QueueLoad
-from projections.timers import DueTimers
 
 pytestmark = pytest.mark.postgres
 
-INLINE = (ClaimableQueue(), DueTimers(), Doorbells(), QueueLoad())
+INLINE = (ClaimableQueue(), QueueLoad())
 SET = "UPDATE sb_claimable SET available_at = %s WHERE todo_id = %s"
 DELETE = "DELETE FROM sb_claimable WHERE todo_id = %s"
-UPSERT = ("INSERT INTO sb_timers (todo_id, kind, due_at) VALUES (%s, %s, %s)"
-          " ON CONFLICT (todo_id) DO UPDATE SET kind = excluded.kind, due_at = excluded.due_at")
-TIMER_DELETE = "DELETE FROM sb_timers WHERE todo_id = %s"
+UPSERT = ("INSERT INTO sb_in_flight (todo_id, endpoint_id, queue, admitted) VALUES (%s, %s, %s, 1)"
+          " ON CONFLICT (todo_id) DO UPDATE SET queue = excluded.queue")
+OUT = "DELETE FROM sb_in_flight WHERE todo_id = %s"
+DUE = "UPDATE sb_claimable SET due_at = %s WHERE todo_id = %s"
+STATE = "UPDATE sb_claimable SET available_at = %s, spell = %s, pending_since = %s, due_at = %s WHERE todo_id = %s"
+OPEN = ("INSERT INTO sb_claimable (todo_id, endpoint_id, queue, created_at, available_at, source, kind, title, spell,"
+        " pending_since, due_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
 INSERT = "INSERT INTO sb_claimable (todo_id, endpoint_id, queue, created_at, available_at) VALUES (%s, %s, %s, %s, %s)"
 IN_FLIGHT = "INSERT INTO sb_in_flight (todo_id, endpoint_id, queue, admitted) VALUES (%s, %s, %s, 1)"
 CAUGHT_UP = (Counters(), PayloadHolders(), IdempotencyKeys())  # tables a catch-up page writes
@@ -48,7 +50,7 @@ def test_single_row_ops_of_distinct_rows_merge_and_nothing_moves_across_a_repeat
     ops = [
         (SET, (None, "a")), (DELETE, ("b",)), (SET, (None, "c")), (SET, (7, "d")),  # one stretch
         (SET, (None, "a")),  # `a` again: a new stretch
-        (UPSERT, ("a", "lease", 1)), (TIMER_DELETE, ("b",)), (UPSERT, ("c", "lease", 2)),
+        (UPSERT, ("a", "ep", "q")), (OUT, ("b",)), (UPSERT, ("c", "ep", "q")),
         (INSERT, ("e", "ep", "q", 1, 1)), (INSERT, ("g", "ep", "q", 1, 1)),  # a plain insert is keyed by its first column
         (DELETE, ("e",)), (DELETE, ("f",)),  # `e` again: a new stretch
         (IN_FLIGHT, ("h", "ep", "q")), (IN_FLIGHT, ("i", "ep", "q")),  # an integer among the values is kept
@@ -58,10 +60,9 @@ def test_single_row_ops_of_distinct_rows_merge_and_nothing_moves_across_a_repeat
         (DELETE, ("b",)),
         (SET, (7, "d")),
         (SET, (None, "a")),
-        ("INSERT INTO sb_timers (todo_id, kind, due_at) VALUES (%s, %s, %s), (%s, %s, %s)"
-         " ON CONFLICT (todo_id) DO UPDATE SET kind = excluded.kind, due_at = excluded.due_at",
-         ("a", "lease", 1, "c", "lease", 2)),
-        (TIMER_DELETE, ("b",)),
+        ("INSERT INTO sb_in_flight (todo_id, endpoint_id, queue, admitted) VALUES (%s, %s, %s, 1), (%s, %s, %s, 1)"
+         " ON CONFLICT (todo_id) DO UPDATE SET queue = excluded.queue", ("a", "ep", "q", "c", "ep", "q")),
+        (OUT, ("b",)),
         ("INSERT INTO sb_claimable (todo_id, endpoint_id, queue, created_at, available_at)"
          " VALUES (%s, %s, %s, %s, %s), (%s, %s, %s, %s, %s)", ("e", "ep", "q", 1, 1, "g", "ep", "q", 1, 1)),
         ("DELETE FROM sb_claimable WHERE todo_id = ANY(%s)", ("{e,f}",)),
@@ -168,11 +169,11 @@ def test_random_op_sequences_leave_the_same_rows_coalesced_as_one_by_one(db):
             key, at = rng.choice(keys), rng.choice([None, rng.randint(1, 5)])
             ops.append(rng.choice([
                 (SET, (at, key)), (DELETE, (key,)), (INSERT, (key, "ep", "work", rng.randint(1, 9), at)),
-                (UPSERT, (key, rng.choice(["lease", "retry"]), rng.randint(1, 9))), (TIMER_DELETE, (key,)),
-                ("UPDATE sb_doorbell SET spell = %s, pending_since = %s WHERE todo_id = %s", (at, at, key)),
-                (IN_FLIGHT, (key, "ep", "work")), ("DELETE FROM sb_in_flight WHERE todo_id = %s", (key,)),
-                ("INSERT INTO sb_doorbell (todo_id, endpoint_id, queue, source, kind, title, spell, pending_since)"
-                 " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", (key, "ep", "work", "operator", None, "t", at, at)),
+                (UPSERT, (key, "ep", rng.choice(["work", "other"]))), (DUE, (rng.randint(1, 9), key)),
+                ("UPDATE sb_claimable SET spell = %s, pending_since = %s WHERE todo_id = %s", (at, at, key)),
+                (STATE, (at, at, at, rng.choice([None, rng.randint(1, 9)]), key)),
+                (IN_FLIGHT, (key, "ep", "work")), (OUT, (key,)),
+                (OPEN, (key, "ep", "work", rng.randint(1, 9), at, "operator", None, "t", at, at, None)),
             ]))
         _same_rows_both_ways(db, INLINE, ops)
 

@@ -1,4 +1,4 @@
-"""The doorbell policy (domain/doorbell.py) and its projection of pending spells (projections/doorbell.py)."""
+"""The doorbell policy (domain/doorbell.py) and the pending spells the live todos hold (projections/claimable.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from domain.doorbell import MAX_RINGS, RING_GRACE, RING_OFFSETS, channel_safe, ring_due, ring_message
 from domain.todo import LeaseExpired, TodoClaimed, TodoCompleted, TodoOpened, TodoRequeued
-from projections.doorbell import Doorbells
+from projections.claimable import ClaimableQueue
 
 TODO = uuid.UUID(int=7)
 AT = datetime(2026, 3, 1, tzinfo=timezone.utc)
@@ -54,15 +54,24 @@ def _opened(queue: str = "work", version: int = 1):
                       trust_mode="operator", payload=None, payload_size=0)
 
 
-def test_the_doorbell_projection_tracks_each_pending_spell_and_never_quarantine():
-    projection, base = Doorbells(), dict(originator_id=TODO, timestamp=AT, actor="system", cause="x")
+def test_the_live_todos_track_each_pending_spell_and_never_quarantine():
+    projection, base = ClaimableQueue(), dict(originator_id=TODO, timestamp=AT, actor="system", cause="x")
+    at = int(AT.timestamp() * 1_000_000)
+
+    def spell(event) -> tuple:
+        """(spell, pending_since) as the event's op sets them."""
+        (sql, params), = projection.ops(event, None)
+        columns = [c.split(" = ")[0].strip() for c in sql.split(" SET ")[1].split(" WHERE ")[0].split(",")]
+        return params[columns.index("spell")], params[columns.index("pending_since")]
+
     (sql, params), = projection.ops(_opened(), None)
-    assert sql.startswith("INSERT INTO sb_doorbell") and params[-2:] == (1, int(AT.timestamp() * 1_000_000))
-    assert projection.ops(_opened(queue="quarantine"), None) == []
+    assert sql.startswith("INSERT INTO sb_claimable") and params[8:10] == (1, at)
+    (sql, params), = projection.ops(_opened(queue="quarantine"), None)
+    assert params[8:10] == (None, None)  # held: never rung
     claimed = TodoClaimed(originator_version=2, attempt=1, attempt_seq=1, holder="h", claimant=None,
                           lease_expires_at=AT, **base)
-    assert projection.ops(claimed, None)[0][1] == (None, None, "td_" + TODO.hex)
-    assert projection.ops(LeaseExpired(originator_version=3, **base), None)[0][1][0] == 3  # a new spell
-    assert projection.ops(LeaseExpired(originator_version=3, dead_letter=True, **base), None)[0][1][0] is None
-    assert projection.ops(TodoRequeued(originator_version=4, **base), None)[0][1][0] == 4
+    assert spell(claimed) == (None, None)
+    assert spell(LeaseExpired(originator_version=3, **base)) == (3, at)  # a new spell
+    assert spell(LeaseExpired(originator_version=3, dead_letter=True, **base)) == (None, None)
+    assert spell(TodoRequeued(originator_version=4, **base)) == (4, at)
     assert projection.ops(TodoCompleted(originator_version=5, **base), None)[0][0].startswith("DELETE")
