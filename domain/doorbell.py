@@ -55,14 +55,17 @@ def channel_safe(text: str) -> str:
     return _CHANNEL_CLOSE.sub(r"<\\/\1", _LINE_BREAKS.sub(" ", text)).strip()
 
 
-def ring_message(todo_id: str, queue: str, title: str, kind: str | None, source: str | None) -> dict[str, Any]:
-    """The `notifications/claude/channel` params of one ring: text and string meta, never the payload."""
+def ring_message(todo_id: str, queue: str, title: str | None, kind: str | None, source: str | None) -> dict[str, Any]:
+    """The `notifications/claude/channel` params of one ring: text and string meta, never the payload
+    (a title unknown, as after docs/adr/0036's upgrade for a todo older than the doorbell: the id alone)."""
     meta = {"todo_id": todo_id, "queue": queue}
     if kind:
         meta["kind"] = channel_safe(kind)
     if source:
         meta["source"] = channel_safe(source)
-    content = f'switchboard: todo {todo_id} ready on queue "{queue}" — {channel_safe(title)}'
+    content = f'switchboard: todo {todo_id} ready on queue "{queue}"'
+    if title:
+        content += f" — {channel_safe(title)}"
     return {"content": content, "meta": meta}
 
 

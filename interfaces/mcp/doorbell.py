@@ -237,7 +237,14 @@ class Doorbell:
             del self._decided[key]
 
     async def _push(self, sessions: Sequence[LiveSession], ring: DueRing) -> None:
-        """Pushes one ring to the first session that takes it within the timeout."""
+        """Pushes one ring to the first session that takes it within the timeout. It runs in the
+        doorbell's task group: nothing it raises may end the doorbell (and the gateway with it)."""
+        try:
+            await self._push_to_one(sessions, ring)
+        except Exception:
+            log.exception("ring %d of todo %s failed", ring.ring_no, ring.todo_id)
+
+    async def _push_to_one(self, sessions: Sequence[LiveSession], ring: DueRing) -> None:
         params = ring_message(ring.todo_id, ring.queue, ring.title, ring.kind, ring.source)
         for session in sessions:
             with anyio.move_on_after(self.push_timeout):

@@ -81,7 +81,7 @@ class SqlEventStore:
                 self.recorder = SqliteEventRecorder(self.datastore)
                 self.recorder.create_table()
                 with self.db.transaction() as tx:
-                    schema.migrate(tx, self.projections, dialect="sqlite")
+                    schema.migrate(tx, self.projections, dialect="sqlite", decode=self.codec.decode)
                     blobs.upgrade(tx, self.codec.decode, sqlite=True)
             else:
                 # eventsourcing's datastore serves reads (streams, the log) on our pool (never its
@@ -94,7 +94,7 @@ class SqlEventStore:
                 self.recorder.on_unsure = self.writer.unsure
                 self.recorder.connections = self.db.connection
                 with self.db.transaction() as tx:
-                    schema.create_postgres(tx, self.recorder, self.projections)
+                    schema.create_postgres(tx, self.recorder, self.projections, self.codec.decode)
                     blobs.upgrade(tx, self.codec.decode, sqlite=False)
                 schema.compress_read_models(self.db)
         except PersistenceError as error:

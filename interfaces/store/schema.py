@@ -7,9 +7,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from typing import Any
+from uuid import UUID
 
 import psycopg
 
+from domain.names import TODO_PREFIX, parse_id
 from interfaces.store import blobs
 from interfaces.store.database import Database, LockBusy, Tx
 from interfaces.store.queues import REFUSALS_DDL
@@ -28,7 +30,7 @@ CREATE_LOCK = 715517
 """The advisory lock PostgreSQL processes take while creating the tables."""
 
 
-def create_postgres(tx: Tx, recorder: Any, projections: Sequence[Projection]) -> None:
+def create_postgres(tx: Tx, recorder: Any, projections: Sequence[Projection], decode: Any = None) -> None:
     """Every table on PostgreSQL, in one transaction under `CREATE_LOCK`."""
     tx.execute(f"SELECT pg_advisory_xact_lock({CREATE_LOCK})")
     # the library's create_table() on this transaction's connection, not a second one
@@ -40,17 +42,18 @@ def create_postgres(tx: Tx, recorder: Any, projections: Sequence[Projection]) ->
     # strongest lock, and taking it while holding a projection table's lock would
     # deadlock with a running server's append (events table first, then projections).
     _use_lz4(tx, "stored_events", "state")
-    migrate(tx, projections, dialect="postgres")
+    migrate(tx, projections, dialect="postgres", decode=decode)
 
 
 RETIRED = (*deliveries.RETIRED, *claimable.RETIRED)
 """Tracking rows of projections replaced by others."""
 
 
-def migrate(tx: Any, projections: Sequence[Projection], *, dialect: str) -> None:
+def migrate(tx: Any, projections: Sequence[Projection], *, dialect: str, decode: Any = None) -> None:
     """Our own tables (tracking, rings, claim lanes, the payload store, each projection's) and a
-    tracking row per projection (none for a projection retired)."""
-    merge_live_tables(tx, dialect=dialect)  # first: it may take the events table's lock (see there)
+    tracking row per projection (none for a projection retired). `decode` is the event codec's
+    (`merge_live_tables` reads what a ring says from the log)."""
+    merge_live_tables(tx, dialect=dialect, decode=decode)  # first: it may take the events table's lock (see there)
     lanes = CLAIMERS_DDL if dialect == "postgres" else ()
     for statement in (*Tracking.DDL, *RINGS_DDL, *lanes, *CHAIN_DDL, *REFUSALS_DDL, *STALE_READS_DDL,
                       *blobs.DDL[dialect]):
@@ -110,41 +113,82 @@ LIVE_COLUMNS = (("source", "TEXT"), ("kind", "TEXT"), ("title", "TEXT"), ("spell
                 ("pending_since", "BIGINT"), ("due_at", "BIGINT"))
 """The columns `sb_claimable` took in from `sb_doorbell` and `sb_timers` (docs/adr/0036)."""
 _MERGED = {"sb_doorbell": ("source", "kind", "title", "spell", "pending_since"), "sb_timers": ("due_at",)}
+_TOMBSTONE = "CREATE VIEW {name} AS SELECT 'replaced by sb_claimable (docs/adr/0036)' AS moved WHERE 1 = 0"
+"""What stands in each merged table's place: a build before ADR 36 cannot index a view, so it stops
+at its first open of this store instead of writing tables nobody reads; nothing can write it."""
 
 
-def merge_live_tables(tx: Any, *, dialect: str) -> None:
+def merge_live_tables(tx: Any, *, dialect: str, decode: Any = None) -> None:
     """A store made before docs/adr/0036 keeps the doorbell's pending spells in `sb_doorbell` and
-    the due timers in `sb_timers`, keyed like `sb_claimable`: their columns move into its rows (a
-    todo without a row there keeps nulls: a quarantined one, or one pending from before the
-    doorbell existed, as that upgrade left it) and the two tables are dropped. Once, in the opening
-    transaction: on PostgreSQL under the events table's lock, taken before any read model's, so an
-    append of a process still running the build before waits for the move and then fails on the
-    dropped tables rather than writing rows nobody reads (the upgrade wants every process on it)."""
-    old = [table for table in _MERGED if _table_exists(tx, table, dialect)]
-    if not old:
-        return
-    if dialect == "postgres":
-        tx.execute("LOCK TABLE stored_events IN EXCLUSIVE MODE")
-    if _table_exists(tx, "sb_claimable", dialect):
-        have = _columns(tx, "sb_claimable", dialect)
-        for column, kind in LIVE_COLUMNS:
-            if column not in have:
-                tx.execute(f"ALTER TABLE sb_claimable ADD COLUMN {column} {kind}")
+    the due timers in `sb_timers`, keyed like `sb_claimable`: their columns move into its rows and
+    the two tables are dropped, a view standing in each one's place (`_TOMBSTONE`). A row without a
+    doorbell row (a quarantined todo, or one from before the doorbell existed) takes what a ring
+    says from its `TodoOpened` in the log (`decode`: the event codec's); its spell stays null. Once, in the opening transaction,
+    before any read model's DDL: on PostgreSQL under the events table's lock, taken before any read
+    model's as an append takes it, so an append of a process still running the build before waits
+    for the move and then fails on the dropped tables (the upgrade wants every process on it)."""
+    old = [table for table in _MERGED if _relation(tx, table, dialect) == "table"]
+    if old:
+        if dialect == "postgres":
+            tx.execute("LOCK TABLE stored_events IN EXCLUSIVE MODE")
+        if _relation(tx, "sb_claimable", dialect) == "table":
+            _move_into_claimable(tx, old, dialect)
+            if decode is not None:
+                _ring_text_from_the_log(tx, decode, dialect)
         for table in old:
-            columns = _MERGED[table]
+            tx.execute(f"DROP TABLE {table}")
+        log.info("store: the doorbell's spells and the due timers moved into sb_claimable (docs/adr/0036)")
+    for table in _MERGED:
+        if _relation(tx, table, dialect) is None:
+            tx.execute(_TOMBSTONE.format(name=table))
+
+
+def _move_into_claimable(tx: Any, old: list[str], dialect: str) -> None:
+    have = _columns(tx, "sb_claimable", dialect)
+    for column, kind in LIVE_COLUMNS:
+        if column not in have:
+            tx.execute(f"ALTER TABLE sb_claimable ADD COLUMN {column} {kind}")
+    for table in old:
+        columns = _MERGED[table]
+        if dialect == "postgres":  # one join, not a sub-select per row and column, under the events' lock
+            sets = ", ".join(f"{c} = o.{c}" for c in columns)
+            tx.execute(f"UPDATE sb_claimable SET {sets} FROM {table} o WHERE o.todo_id = sb_claimable.todo_id")
+        else:
             sets = ", ".join(f"{c} = (SELECT o.{c} FROM {table} o WHERE o.todo_id = sb_claimable.todo_id)"
                              for c in columns)
             tx.execute(f"UPDATE sb_claimable SET {sets} WHERE todo_id IN (SELECT todo_id FROM {table})")
-    for table in old:
-        tx.execute(f"DROP TABLE {table}")
-    log.info("store: the doorbell's spells and the due timers moved into sb_claimable (docs/adr/0036)")
 
 
-def _table_exists(tx: Any, table: str, dialect: str) -> bool:
+def _ring_text_from_the_log(tx: Any, decode: Any, dialect: str) -> None:
+    """`source`, `kind` and `title` of the rows the doorbell had none for, from their `TodoOpened`
+    (as the projection writes them), a page of todos at a time."""
+    wanted = [row[0] for row in tx.execute("SELECT todo_id FROM sb_claimable WHERE title IS NULL")]
+    for start in range(0, len(wanted), 500):
+        ids = {uuid: todo_id for todo_id in wanted[start:start + 500] if (uuid := parse_id(TODO_PREFIX, todo_id))}
+        if not ids:
+            continue
+        marks = ", ".join(["%s"] * len(ids))
+        rows = tx.execute(
+            f"SELECT originator_id, originator_version, topic, state FROM stored_events WHERE topic = 'TodoOpened'"
+            f" AND originator_id IN ({marks})", [i.hex if dialect == "sqlite" else i for i in ids],
+            binary=dialect != "sqlite")
+        for originator, version, topic, state in rows:
+            key = originator if isinstance(originator, UUID) else UUID(hex=originator)
+            opened = decode(topic, key, version, bytes(state))
+            tx.execute("UPDATE sb_claimable SET source = %s, kind = %s, title = %s WHERE todo_id = %s",
+                       (opened.source, opened.kind, opened.title, ids[key]))
+
+
+def _relation(tx: Any, name: str, dialect: str) -> str | None:
+    """'table', 'view' or None."""
     if dialect == "sqlite":
-        return bool(tx.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = %s", (table,)))
-    return bool(tx.execute("SELECT 1 FROM pg_tables WHERE schemaname = current_schema() AND tablename = %s",
-                           (table,)))
+        rows = tx.execute("SELECT type FROM sqlite_master WHERE name = %s AND type IN ('table', 'view')", (name,))
+        return rows[0][0] if rows else None
+    rows = tx.execute(
+        "SELECT CASE c.relkind WHEN 'v' THEN 'view' ELSE 'table' END FROM pg_class c"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relname = %s"
+        " AND c.relkind IN ('r', 'p', 'v')", (name,))
+    return rows[0][0] if rows else None
 
 
 def _columns(tx: Any, table: str, dialect: str) -> set[str]:

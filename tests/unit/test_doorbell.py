@@ -75,3 +75,9 @@ def test_the_live_todos_track_each_pending_spell_and_never_quarantine():
     assert spell(LeaseExpired(originator_version=3, dead_letter=True, **base)) == (None, None)
     assert spell(TodoRequeued(originator_version=4, **base)) == (4, at)
     assert projection.ops(TodoCompleted(originator_version=5, **base), None)[0][0].startswith("DELETE")
+
+
+def test_a_ring_without_a_title_says_the_todo_and_its_queue():
+    """A live row the upgrade of docs/adr/0036 found no ring text for rings all the same."""
+    assert ring_message("td_1", "work", None, None, None) == {
+        "content": 'switchboard: todo td_1 ready on queue "work"', "meta": {"todo_id": "td_1", "queue": "work"}}
