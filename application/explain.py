@@ -18,7 +18,7 @@ from domain.delivery import DeliveryAccepted, delivery_id_of
 from domain.endpoint import EndpointRevoked, EndpointVended, QueueControlsSet
 from domain.events import SYSTEM, DomainEvent
 from domain.names import QUARANTINE
-from domain.queue import MAX_IN_FLIGHT, Refusal
+from domain.queue import Refusal
 from domain.todo import (
     CLAIMED, DONE, FAILED, MAX_ATTEMPTS, PENDING, DelayElapsed, LeaseExpired, LeaseRenewed, Todo, TodoClaimed, TodoCompleted,
     TodoDiscarded, TodoFailed, TodoMoved, TodoOpened, TodoReleased, TodoRequeued,
@@ -337,12 +337,10 @@ def _held(queue: str, held: Refusal | None, now: datetime) -> str:
     back at `now`, and until when."""
     if held is None:
         return ""
-    if held.retry_after is not None:
+    if held.retry_after is not None:  # a rate: its window frees a place then
         until = f"no claim is admitted before {iso(now + held.retry_after)}"
-    elif held.reason == MAX_IN_FLIGHT:
+    else:  # max_in_flight (a pause is told from the events, never given here)
         until = f"no claim is admitted until {'it' if held.load == 1 else 'one of them'} ends"
-    else:
-        until = "no claim is admitted until it is resumed"
     return f"; but queue {queue} {held.words}, so {until}"
 
 

@@ -114,7 +114,7 @@ class Queries:
             return None
         endpoint = Endpoint.replay([r.event for r in endpoint_stream])
         controls = endpoint.controls_of(todo.queue) if endpoint is not None else NO_CONTROLS
-        if controls.paused or (controls.max_in_flight is None and controls.max_claims_per_minute is None):
+        if controls.paused or not controls.controlled:  # a pause is told from the events
             return None
         load = self.views.queue_load(todo.endpoint_id, todo.queue, now)
         return admission(controls, in_flight=load.in_flight, recent_claims=load.recent_claims, now=now)

@@ -11,7 +11,7 @@ from uuid import UUID
 
 import psycopg
 
-from domain.names import TODO_PREFIX, parse_id
+from domain.names import TODO_PREFIX, parse_id, uuid_of_hex
 from interfaces.store import blobs
 from interfaces.store.database import Database, LockBusy, Tx
 from interfaces.store.queues import REFUSALS_DDL
@@ -30,7 +30,7 @@ CREATE_LOCK = 715517
 """The advisory lock PostgreSQL processes take while creating the tables."""
 
 
-def create_postgres(tx: Tx, recorder: Any, projections: Sequence[Projection], decode: Any = None) -> None:
+def create_postgres(tx: Tx, recorder: Any, projections: Sequence[Projection], decode: Any) -> None:
     """Every table on PostgreSQL, in one transaction under `CREATE_LOCK`."""
     tx.execute(f"SELECT pg_advisory_xact_lock({CREATE_LOCK})")
     # the library's create_table() on this transaction's connection, not a second one
@@ -49,7 +49,7 @@ RETIRED = (*deliveries.RETIRED, *claimable.RETIRED)
 """Tracking rows of projections replaced by others."""
 
 
-def migrate(tx: Any, projections: Sequence[Projection], *, dialect: str, decode: Any = None) -> None:
+def migrate(tx: Any, projections: Sequence[Projection], *, dialect: str, decode: Any) -> None:
     """Our own tables (tracking, rings, claim lanes, the payload store, each projection's) and a
     tracking row per projection (none for a projection retired). `decode` is the event codec's
     (`merge_live_tables` reads what a ring says from the log)."""
@@ -118,23 +118,23 @@ _TOMBSTONE = "CREATE VIEW {name} AS SELECT 'replaced by sb_claimable (docs/adr/0
 at its first open of this store instead of writing tables nobody reads; nothing can write it."""
 
 
-def merge_live_tables(tx: Any, *, dialect: str, decode: Any = None) -> None:
+def merge_live_tables(tx: Any, *, dialect: str, decode: Any) -> None:
     """A store made before docs/adr/0036 keeps the doorbell's pending spells in `sb_doorbell` and
     the due timers in `sb_timers`, keyed like `sb_claimable`: their columns move into its rows and
     the two tables are dropped, a view standing in each one's place (`_TOMBSTONE`). A row without a
     doorbell row (a quarantined todo, or one from before the doorbell existed) takes what a ring
-    says from its `TodoOpened` in the log (`decode`: the event codec's); its spell stays null. Once, in the opening transaction,
-    before any read model's DDL: on PostgreSQL under the events table's lock, taken before any read
-    model's as an append takes it, so an append of a process still running the build before waits
-    for the move and then fails on the dropped tables (the upgrade wants every process on it)."""
+    says from its `TodoOpened` in the log (`decode`: the event codec's); its spell stays null.
+    Once, in the opening transaction, before any read model's DDL: on PostgreSQL under the events
+    table's lock, taken before any read model's as an append takes it, so an append of a process
+    still running the build before waits for the move and then fails on the dropped tables (the
+    upgrade wants every process on it)."""
     old = [table for table in _MERGED if _relation(tx, table, dialect) == "table"]
     if old:
         if dialect == "postgres":
             tx.execute("LOCK TABLE stored_events IN EXCLUSIVE MODE")
         if _relation(tx, "sb_claimable", dialect) == "table":
             _move_into_claimable(tx, old, dialect)
-            if decode is not None:
-                _ring_text_from_the_log(tx, decode, dialect)
+            _ring_text_from_the_log(tx, decode, dialect)
         for table in old:
             tx.execute(f"DROP TABLE {table}")
         log.info("store: the doorbell's spells and the due timers moved into sb_claimable (docs/adr/0036)")
@@ -173,7 +173,7 @@ def _ring_text_from_the_log(tx: Any, decode: Any, dialect: str) -> None:
             f" AND originator_id IN ({marks})", [i.hex if dialect == "sqlite" else i for i in ids],
             binary=dialect != "sqlite")
         for originator, version, topic, state in rows:
-            key = originator if isinstance(originator, UUID) else UUID(hex=originator)
+            key = originator if isinstance(originator, UUID) else uuid_of_hex(originator)
             opened = decode(topic, key, version, bytes(state))
             tx.execute("UPDATE sb_claimable SET source = %s, kind = %s, title = %s WHERE todo_id = %s",
                        (opened.source, opened.kind, opened.title, ids[key]))
