@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from interfaces.http.ingest import MAX_BODY as INGEST_MAX_BODY
-from interfaces.mcp.gateway import MAX_BODY as MCP_MAX_BODY
+from interfaces.mcp.wire import MAX_BODY as MCP_MAX_BODY
 
 MAX_HEADER_BYTES = 64 * 1024
 # The guard buffers no more than the route accepts: past that it hands over what it has and the

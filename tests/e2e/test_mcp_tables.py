@@ -13,7 +13,7 @@ from domain.errors import CeilingExceeded, Conflict, Forbidden, ForbiddenSourceT
 from domain.ingest import SignatureRefused
 from domain.routing import RuleError
 from interfaces.mcp.errors import INTERNAL_MESSAGE, tool_error
-from interfaces.mcp.gateway import transport_security
+from interfaces.mcp.wire import transport_security
 from interfaces.mcp.tools import INPUT_SCHEMAS, VERBS, ListTodos, parse_arguments
 
 

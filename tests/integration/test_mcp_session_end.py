@@ -12,7 +12,7 @@ import json
 import anyio
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 
-from interfaces.mcp.gateway import AnsweredOnce
+from interfaces.mcp.sdk_guards import AnsweredOnce
 
 SESSION = "a-session-that-ends"
 
