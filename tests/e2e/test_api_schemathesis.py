@@ -39,7 +39,7 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 
 def _operations() -> list[tuple[str, str]]:
     """Every (METHOD, path) of the API's OpenAPI document, built from the router alone."""
-    with warnings.catch_warnings():  # Litestar's deprecation notes on api.py are the server's to show
+    with warnings.catch_warnings():  # Litestar's deprecation notes on the API's routes are the server's to show
         warnings.simplefilter("ignore")
         document = Litestar(route_handlers=[api_router(None, None, None, None)], openapi_config=openapi_config())
     paths = document.openapi_schema.to_schema()["paths"]

@@ -121,7 +121,7 @@ def test_a_keepalive_carries_the_position_read_up_to(make_container, sqlite_url,
     each keepalive names the log position read up to, so a reconnect (which sends it) resumes
     there, not at the `?after=` of a page left open for hours, whose stretch of everyone's log
     would be read again."""
-    monkeypatch.setattr("interfaces.http.api.KEEPALIVE_SECONDS", 0.2)
+    monkeypatch.setattr("interfaces.http.api.stream.KEEPALIVE_SECONDS", 0.2)
     container = make_container(sqlite_url)
     app = container.app
     app.ensure_admin()
