@@ -34,7 +34,7 @@ from domain.events import DomainEvent
 from domain.todo import Todo
 from interfaces.store.cache import AggregateCache
 from interfaces.store.candidates import CandidatePrefetch
-from interfaces.store.database import POOL_WAIT
+from interfaces.store.connections import POOL_WAIT
 from interfaces.store.jobs import MAX_BATCH, RUN_AGAIN, Job, Run, settle_all
 from interfaces.store.loop_batches import LoopAppends, LoopBatches
 from interfaces.store.queues import LoadMove, load_moves
