@@ -1,7 +1,8 @@
 """The event store adapter: eventsourcing recorders, the batching writer and the reads.
 
 Its parts, each in a module of its own:
-- `writer.py`: the one writer thread, batching (group commit), retries after a lost race;
+- `writer.py`: the one writer thread, batching (group commit), retries after a lost race; its
+  jobs and their answers in `jobs.py`, the batches an event loop commits itself in `loop_batches.py`;
 - `unit.py`: the unit of work a handler sees (savepoints) and its explicit `ReadSource`;
 - `cache.py`: the aggregate cache; `candidates.py`: claim candidates read ahead;
 - `recorders.py`: the appends with the inline read models, lost-commit resolution;
@@ -30,12 +31,13 @@ from interfaces.store.candidates import CandidatePrefetch
 from interfaces.store.codec import EventCodec
 from interfaces.store.database import DEFAULT_POOL_SIZE, Database, DatabaseUrl, Tx
 from interfaces.store.lanes import ClaimLanes, SqlClaimers
+from interfaces.store.loop_batches import LoopAppends
 from interfaces.store.queues import LoadEstimates, SqlQueueLoad
 from interfaces.store.recorders import (
     PooledPostgresDatastore, PostgresEventRecorder, SentAppend, Session, SqliteEventRecorder,
 )
 from interfaces.store.unit import Reads, ReadSource, WouldRead
-from interfaces.store.writer import LoopAppends, Writer
+from interfaces.store.writer import Writer
 from projections.base import Projection, micros
 
 T = TypeVar("T")

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from projections.base import Projection, Tracking
-from interfaces.store.database import run_ops
 from interfaces.store.eventstore import SqlEventStore
+from interfaces.store.ops import run_ops
 
 PAGE = 1000
 

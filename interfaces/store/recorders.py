@@ -28,12 +28,12 @@ from psycopg.sql import SQL, Identifier, Literal
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 
-from application.errors import CommitOutcomeUnknown, StoreUnavailable
+from application.errors import CommitOutcomeUnknown, StoreUnavailable, first_line
 from domain.doorbell import FREED, RING
 from interfaces.store import blobs
-from interfaces.store.database import (
-    Database, DatabaseUrl, array_param, coalesce_ops, first_line, idle_and_sound, plan_once, run_ops,
-)
+from interfaces.store.connections import idle_and_sound, plan_once
+from interfaces.store.database import Database, DatabaseUrl
+from interfaces.store.ops import array_param, coalesce_ops, run_ops
 from interfaces.store.pipeline import Pipeline, Sent, Statement
 from projections.base import Op
 

@@ -1,5 +1,5 @@
 """One writer batch's inline ops, and one catch-up page's, in fewer statements
-(interfaces/store/database.py `coalesce_ops`): on PostgreSQL the coalesced ops leave exactly the
+(interfaces/store/ops.py `coalesce_ops`): on PostgreSQL the coalesced ops leave exactly the
 rows the ops one by one leave, and a batch of mixed commands leaves read models a rebuild from
 the log agrees with."""
 
@@ -11,7 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from application.service import Caller
-from interfaces.store.database import Database, DatabaseUrl, array_param, coalesce_ops, run_ops
+from interfaces.store.database import Database, DatabaseUrl
+from interfaces.store.ops import array_param, coalesce_ops, run_ops
 from projections.claimable import ClaimableQueue
 from projections.counters import Counters
 from projections.idempotency_keys import IdempotencyKeys

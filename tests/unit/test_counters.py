@@ -12,7 +12,7 @@ import pytest
 from domain.delivery import DeliveryAccepted
 from domain.events import DomainEvent
 from domain.todo import MAX_ATTEMPTS, Todo
-from interfaces.store.database import run_ops
+from interfaces.store.ops import run_ops
 from projections.counters import Counters, verdict
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
