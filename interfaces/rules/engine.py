@@ -35,7 +35,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from domain.routing import Faulted, Matched, NoMatch, Outcome, RuleError, RuleSet, rule_label, without_comments
+from domain.jq_scan import without_comments
+from domain.routing import Faulted, Matched, NoMatch, Outcome
+from domain.rule_set import RuleError, RuleSet, rule_label
 from interfaces.rules import protocol
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,8 @@ from pathlib import Path
 import jq
 import pytest
 
-from domain.routing import Faulted, Matched, NoMatch, RuleError, RuleSet, parse_rule_set
+from domain.routing import Faulted, Matched, NoMatch
+from domain.rule_set import RuleError, RuleSet, parse_rule_set
 from interfaces.rules import JqRuleEngine, protocol
 from interfaces.rules import engine as engine_module
 from interfaces.rules import worker as worker_module
