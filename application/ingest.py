@@ -23,6 +23,7 @@ from application.rules import rule_set_of
 from application.todos import open_or_reuse
 from domain.delivery import DELIVERY_PREFIX, Delivery
 from domain.endpoint import Endpoint, endpoint_uuid_of
+from domain.envelopes import envelope
 from domain.errors import DomainError, NotFound
 from domain.events import Aggregate
 from domain.idempotency import IdempotencyKey, key_uuid
@@ -33,7 +34,9 @@ from domain.ingest import (
 from domain.names import QUARANTINE, TODO_PREFIX, parse_id
 from domain.once import OnceKey, once_uuid
 from domain.payloads import ref_of
-from domain.routing import Decision, NoMatch, RuleSet, decide, envelope, repeat_trace, subject_of
+from domain.routing import Decision, NoMatch, decide, repeat_trace
+from domain.rule_set import RuleSet
+from domain.subjects import subject_of
 from domain.todo import Todo
 from domain.webhook import Webhook
 

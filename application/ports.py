@@ -10,7 +10,8 @@ from uuid import UUID
 
 from domain.events import Aggregate, DomainEvent
 from domain.payloads import Pruned
-from domain.routing import Faulted, Matched, NoMatch, RuleSet
+from domain.routing import Faulted, Matched, NoMatch
+from domain.rule_set import RuleSet
 
 A = TypeVar("A", bound=Aggregate)
 T = TypeVar("T")

@@ -1,7 +1,7 @@
 """A webhook's routing rules: read, save (after a dry run), test on one delivery, replay.
 
 Rules are evaluated in the rule engine's worker processes (the RuleEngine port); the
-decisions they lead to are the domain's (domain/routing.py).
+decisions they lead to are the domain's (domain/routing.py, the rule set domain/rule_set.py).
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from application.hooks import Hooks
 from application.payloads import delivery_payload, pruned_note
 from application.ports import RuleEngine, Views
 from domain.endpoint import Endpoint, endpoint_uuid_of
+from domain.envelopes import envelope
 from domain.errors import Conflict, InvalidArgument, NotFound
 from domain.ingest import delivery_kind, derive_title, redact_headers, trust_of
-from domain.routing import (
-    Faulted, NoMatch, RuleSet, check_grant, decide, envelope, parse_rule_set, rule_label, subject_of,
-)
+from domain.routing import Faulted, NoMatch, decide
+from domain.rule_set import RuleSet, check_grant, parse_rule_set, rule_label
+from domain.subjects import subject_of
 from domain.webhook import Webhook
 
 DRY_RUN_DELIVERIES = 50

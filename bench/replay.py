@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import jq  # noqa: E402
 
-from domain.routing import Faulted, Matched, NoMatch, parse_rule_set  # noqa: E402
+from domain.routing import Faulted, Matched, NoMatch  # noqa: E402
+from domain.rule_set import parse_rule_set  # noqa: E402
 from interfaces.rules import JqRuleEngine  # noqa: E402
 
 WORDS = "the server crashes when a webhook arrives with labels and an empty body after deploy".split()

@@ -12,7 +12,7 @@ import msgspec
 
 from application.errors import CommitOutcomeUnknown, StoreUnavailable
 from domain.errors import DomainError
-from domain.routing import RULE_ERROR_CODES
+from domain.rule_set import RULE_ERROR_CODES
 
 log = logging.getLogger("switchboard.mcp")
 

@@ -1,4 +1,4 @@
-"""The wire protocol between `JqRuleEngine` (engine.py) and its rule workers (worker.py).
+"""The wire protocol between `JqRuleEngine` (engine.py, handle.py, pool.py) and its rule workers (worker.py).
 
 Both sides use this module and nothing else to speak to each other. It imports only the
 standard library: the worker runs as ``python -I worker.py`` (no project directory on its path,

@@ -66,7 +66,7 @@ class Progress:
     """The shared block the parent reads to know what this worker is doing, and since when.
 
     One unsynchronised write per step: the parent may read a torn record, so it only acts on
-    a record it has read twice, a moment apart (see `_Worker.read_frame` in engine.py)."""
+    a record it has read twice, a moment apart (see `WorkerHandle.read_frame` in handle.py)."""
 
     def __init__(self, fd: int) -> None:
         self.block = mmap.mmap(fd, PROGRESS_SIZE)

@@ -9,8 +9,8 @@ from typing import Any
 
 from application.ports import QueueLoad
 from application.presenters import claimable_from, iso, row
+from domain.envelopes import envelope_with_payload
 from domain.queue import RATE_WINDOW
-from domain.routing import envelope_with_payload
 from interfaces.store.blobs import TABLE as PAYLOADS, unpack
 from interfaces.store.database import Database, LockBusy
 from interfaces.store.projector import Projector

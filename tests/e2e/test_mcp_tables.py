@@ -11,7 +11,7 @@ from application.errors import CommitOutcomeUnknown, RetryLimitExceeded, StoreUn
 from domain.endpoint import ALL_VERBS
 from domain.errors import CeilingExceeded, Conflict, Forbidden, ForbiddenSourceType, InvalidArgument, NotFound
 from domain.ingest import SignatureRefused
-from domain.routing import RuleError
+from domain.rule_set import RuleError
 from interfaces.mcp.errors import INTERNAL_MESSAGE, tool_error
 from interfaces.mcp.wire import transport_security
 from interfaces.mcp.tools import INPUT_SCHEMAS, VERBS, ListTodos, parse_arguments

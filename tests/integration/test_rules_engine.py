@@ -13,10 +13,12 @@ from collections.abc import Iterator
 import jq
 import pytest
 
-from domain.routing import Faulted, Matched, NoMatch, Rule, RuleError, RuleSet, decide, envelope, parse_rule_set
+from domain.envelopes import envelope
+from domain.routing import Faulted, Matched, NoMatch, decide
+from domain.rule_set import Rule, RuleError, RuleSet, parse_rule_set
 from interfaces.rules import JqRuleEngine
 from interfaces.rules import engine as engine_module
-from interfaces.rules.engine import WORKER_ENV
+from interfaces.rules.pool import WORKER_ENV
 
 ENVELOPE = envelope(
     source="github", kind="issues", webhook_id="wh_" + "1" * 32, trust_mode="signed", verified=True,

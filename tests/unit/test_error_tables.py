@@ -7,7 +7,7 @@ import pytest
 from application.errors import RetryLimitExceeded
 from domain.errors import CeilingExceeded, Conflict, Forbidden, ForbiddenSourceType, InvalidArgument, NotFound
 from domain.ingest import SignatureRefused
-from domain.routing import RuleError
+from domain.rule_set import RuleError
 from interfaces.cli.main import EXIT_REFUSED, main
 from interfaces.http.errors import STATUS_BY_CODE, domain_error_handler
 

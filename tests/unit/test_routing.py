@@ -9,10 +9,10 @@ from collections.abc import Callable
 import pytest
 
 from domain.errors import DomainError
-from domain.routing import (
-    Decision, Faulted, Matched, NoMatch, Rule, RuleError, RuleSet, check_grant, decide, envelope,
-    find_forbidden, parse_rule_set, rule_label, without_comments,
-)
+from domain.envelopes import envelope
+from domain.jq_scan import find_forbidden, without_comments
+from domain.routing import Decision, Faulted, Matched, NoMatch, decide
+from domain.rule_set import Rule, RuleError, RuleSet, check_grant, parse_rule_set, rule_label
 
 TARGETS = ("ep_owner", "ep_b", "ep_c")
 

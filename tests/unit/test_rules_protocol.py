@@ -1,7 +1,7 @@
 """The rule workers' wire protocol (interfaces/rules/protocol.py): one definition, both sides.
 
 Each message type is encoded by one side's own code and decoded by the other's: the engine's
-`_Worker` (its requests, its frame reader, its reply handling) talks over real pipes to the
+`WorkerHandle` (its requests, its frame reader, its reply handling) talks over real pipes to the
 worker module's `Worker` (its frame reader, handler and sender), run in a thread with real jq.
 The worker process itself must load without the application.
 """
@@ -22,9 +22,10 @@ from pathlib import Path
 import jq
 import pytest
 
-from domain.routing import Faulted, Matched, NoMatch, RuleError, RuleSet, parse_rule_set
+from domain.routing import Faulted, Matched, NoMatch
+from domain.rule_set import RuleError, RuleSet, parse_rule_set
 from interfaces.rules import JqRuleEngine, protocol
-from interfaces.rules import engine as engine_module
+from interfaces.rules import handle as handle_module
 from interfaces.rules import worker as worker_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +40,7 @@ def rules(*exprs: str) -> RuleSet:
 
 
 class Pair:
-    """An engine-side `_Worker` and a worker-side `Worker` joined by pipes and one progress block."""
+    """An engine-side `WorkerHandle` and a worker-side `Worker` joined by pipes and one progress block."""
 
     def __init__(self) -> None:
         request_read, request_write = os.pipe()
@@ -50,7 +51,7 @@ class Pair:
         self.worker = worker_module.Worker(jq, self.progress)
         self.requests = os.fdopen(request_read, "rb", buffering=1 << 16)
         self.sleeper = subprocess.Popen(["sleep", "60"])  # what the engine would kill should it time out
-        self.engine_side = engine_module._Worker(self.sleeper, request_write, self.response_read, self.block)
+        self.engine_side = handle_module.WorkerHandle(self.sleeper, request_write, self.response_read, self.block)
         self.served: list[dict] = []
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
@@ -160,9 +161,9 @@ def test_the_progress_the_worker_marks_is_the_snapshot_the_engine_reads(pair):
 def test_a_reply_that_is_not_an_object_counts_as_a_crash(pair):
     body = json.dumps([1, 2]).encode()
     os.write(pair.response_write, protocol.FRAME.pack(len(body), 0) + body)
-    with pytest.raises(engine_module._WorkerLost) as lost:
+    with pytest.raises(handle_module.WorkerLost) as lost:
         pair.engine_side.read_frame(lambda: (time.monotonic() + 5, None))
-    assert lost.value.reason == engine_module.CRASHED
+    assert lost.value.reason == handle_module.CRASHED
 
 
 def _modules_after(code: str, *args: str) -> set[str]:

@@ -12,10 +12,10 @@ import pytest
 
 from domain.errors import Conflict, InvalidArgument
 from domain.names import QUARANTINE
-from domain.routing import (
-    Decision, Faulted, Matched, NoMatch, RuleError, check_grant, decide, envelope, parse_rule_set, repeat_trace,
-    subject_of,
-)
+from domain.envelopes import envelope
+from domain.routing import Decision, Faulted, Matched, NoMatch, decide, repeat_trace
+from domain.rule_set import RuleError, check_grant, parse_rule_set
+from domain.subjects import subject_of
 from domain.trust import (
     MAX_TRUSTED_SENDERS, NO_POLICY, Actor, TrustPolicy, check_trusted_associations, check_trusted_senders,
     sender_of,
