@@ -42,7 +42,7 @@ from application.service import Caller  # noqa: E402
 from domain.delivery import DeliveryAccepted  # noqa: E402
 from domain.todo import TodoClaimed, TodoCompleted, TodoOpened  # noqa: E402
 from interfaces.bootstrap import build  # noqa: E402
-from interfaces.cli.main import JsonLines  # noqa: E402
+from interfaces.cli.audit import JsonLines  # noqa: E402
 from interfaces.store.chain import sorted_json  # noqa: E402
 from interfaces.settings import Settings  # noqa: E402
 
