@@ -32,7 +32,7 @@ log = logging.getLogger("switchboard.audit")
 # The public name of each aggregate type, by the module its events live in, and its id prefix:
 # the export names aggregates as every other surface does (`td_…`), not by bare hex.
 AGGREGATE_NAMES = {
-    "domain.todo": ("todo", TODO_PREFIX), "domain.endpoint": ("endpoint", ENDPOINT_PREFIX),
+    "domain.todo_events": ("todo", TODO_PREFIX), "domain.endpoint": ("endpoint", ENDPOINT_PREFIX),
     "domain.webhook": ("webhook", WEBHOOK_PREFIX), "domain.delivery": ("delivery", DELIVERY_PREFIX),
     "domain.operator": ("operator", OPERATOR_PREFIX),
     "domain.idempotency": ("idempotency_key", "ik_"), "domain.once": ("once_key", "ok_"),

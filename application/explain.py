@@ -20,12 +20,11 @@ from domain.events import SYSTEM, DomainEvent
 from domain.names import QUARANTINE
 from domain.queue import Refusal
 from domain.todo import (
-    CLAIMED, DONE, FAILED, MAX_ATTEMPTS, PENDING, DelayElapsed, LeaseExpired, LeaseRenewed, Todo, TodoClaimed, TodoCompleted,
+    CLAIMED, DONE, ENDS_A_CLAIM, FAILED, MAX_ATTEMPTS, PENDING, DelayElapsed, LeaseExpired, LeaseRenewed, Todo, TodoClaimed, TodoCompleted,
     TodoDiscarded, TodoFailed, TodoMoved, TodoOpened, TodoReleased, TodoRequeued,
 )
 
 OPERATOR_RETRY = "operator_retry"
-ATTEMPT_ENDS = (TodoCompleted, TodoFailed, LeaseExpired, TodoReleased)
 SUMMARY_QUOTED_CHARS = 200  # a summary longer than this is quoted cut, with an ellipsis
 
 
@@ -267,7 +266,7 @@ def _tell_todo(story: _Story, stream: Sequence[Recorded], endpoint: dict[str, An
                 story.tell(recorded, f"Discarded from quarantine by {who(event.actor)}{_said(event.summary)}: done, with no work.")
             case _:  # pragma: no cover - a new todo event without words is a bug (Todo.replay refuses it first)
                 raise TypeError(f"no words for {type(event).__name__}")
-        if isinstance(event, ATTEMPT_ENDS):
+        if isinstance(event, ENDS_A_CLAIM):
             holder, lease_until = None, None
     flush_renewals()
 

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from domain.delivery import Delivery, delivery_id_of
 from domain.endpoint import Endpoint
 from domain.names import QUARANTINE, REDACTED
-from domain.todo import MAX_ATTEMPTS, PRIOR_ATTEMPTS_SHOWN, Todo
+from domain.attempts import PRIOR_ATTEMPTS_SHOWN
+from domain.todo import MAX_ATTEMPTS, Todo
 from domain.webhook import Webhook
 
 if TYPE_CHECKING:

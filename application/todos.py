@@ -22,7 +22,8 @@ from domain.errors import Conflict, Forbidden, InvalidArgument
 from domain.idempotency import KEY_MAX_BYTES, IdempotencyKey, key_uuid
 from domain.names import check_queue_name
 from domain.queue import QueueRefused, Refusal, check_delay_seconds
-from domain.todo import Todo, effective_lease
+from domain.leases import effective_lease
+from domain.todo import Todo
 
 CLAIM_CANDIDATES = 8
 MAX_CLAIM_BATCH = 100  # todos one claim_next may take at once (`max`)

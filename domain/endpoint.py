@@ -12,7 +12,7 @@ from domain.errors import CeilingExceeded, Conflict, Forbidden, ForbiddenSourceT
 from domain.events import Aggregate, DomainEvent
 from domain.names import ENDPOINT_PREFIX, SOURCE_TYPES, check_queue_name, format_id, parse_id
 from domain.queue import NO_CONTROLS, UNSET, QueueControls
-from domain.todo import DEFAULT_LEASE, MAX_LEASE, MIN_DEFAULT_LEASE
+from domain.leases import DEFAULT_LEASE, MAX_LEASE, MIN_DEFAULT_LEASE
 
 TODO_VERBS = (
     "list_todos", "get_todo", "claim", "claim_next", "heartbeat", "complete", "fail", "release",

@@ -20,7 +20,7 @@ import msgspec
 from domain.errors import DomainError
 from domain.names import REDACTED, SOURCE_TYPES  # noqa: F401 - part of the ingest vocabulary
 from domain.payloads import FORM, JSON, TEXT
-from domain.todo import one_line_title
+from domain.todo_fields import one_line_title
 
 SIGNED_SOURCES = ("github", "gitea", "cairn")
 CAIRN_WINDOW = timedelta(seconds=300)

@@ -18,50 +18,41 @@ States (see docs/adr/0005-todo-lifecycle.md for the diagram):
 A todo in the ``quarantine`` queue is pending but never claimable; ``TodoMoved`` releases it to
 one of its endpoint's queues (claimable at once), ``TodoDiscarded`` ends it.
 
-The facts every adapter needs about these transitions live at the end of the events section
-(``state_after``, ``BECOMES_CLAIMABLE``, ``MAY_BECOME_CLAIMABLE``, ``MOVES_TIMER``): import them,
-never restate them. Whether a claimable todo's queue admits a claim now is the queue's business
+The events are shaped in domain/todo_events.py; the facts every adapter needs about them live
+here, after the states (``state_after``, ``BECOMES_CLAIMABLE``, ``MAY_BECOME_CLAIMABLE``,
+``ENDS_A_CLAIM``, ``MOVES_TIMER``, ``WAITING``): import them, never restate them. A todo's values
+and their limits are in domain/todo_fields.py, its lease rules in domain/leases.py, the record of
+each attempt in domain/attempts.py. Whether a claimable todo's queue admits a claim now is the queue's business
 (domain/queue.py); a claim admitted under controls says so in ``TodoClaimed.admitted_under``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from domain.attempts import Attempt
 from domain.errors import Conflict, InvalidArgument
 from domain.events import Aggregate, DomainEvent
+from domain.leases import check_lease, fence_hash
 from domain.names import QUARANTINE, TODO_PREFIX, format_id
-from domain.payloads import JSON, carried, json_stored
+from domain.payloads import JSON, json_stored
+from domain.todo_events import (  # the events, with their lifecycle facts below
+    TodoOpened, TodoClaimed, LeaseRenewed, TodoCompleted, TodoFailed, LeaseExpired,
+    TodoReleased, DelayElapsed, TodoRequeued, TodoMoved, TodoDiscarded,
+)
+from domain.todo_fields import (
+    CLAIMANT_MAX_BYTES, SUMMARY_MAX_BYTES, TRUST_MODES, cut_utf8, one_line_title, result_fields,
+)
 
 MAX_ATTEMPTS = 5
-DEFAULT_LEASE = timedelta(seconds=300)
-MIN_DEFAULT_LEASE = timedelta(seconds=60)
-MAX_LEASE = timedelta(seconds=86400)
 RETRY_BASE_DELAY = timedelta(seconds=30)
 RETRY_MAX_DELAY = timedelta(minutes=15)
-SUMMARY_MAX_BYTES = 2048
-CLAIMANT_MAX_BYTES = 128
-TITLE_MAX_CHARS = 200
-RESULT_MAX_BYTES = 64 * 1024
-PRIOR_ATTEMPTS_SHOWN = 5
 
 PENDING, CLAIMED, DONE, FAILED = "pending", "claimed", "done", "failed"
 STATES = (PENDING, CLAIMED, DONE, FAILED)
-TRUST_MODES = ("signed", "token", "operator")
-
-
-def effective_lease(requested_seconds: float | None, default: timedelta | None) -> timedelta:
-    """Absent or <= 0 takes the endpoint's default (else 300 s); above 86400 s is clamped."""
-    if requested_seconds is None or not requested_seconds > 0:
-        return default or DEFAULT_LEASE
-    if requested_seconds >= MAX_LEASE.total_seconds():
-        return MAX_LEASE
-    return timedelta(seconds=requested_seconds)
+WAITING = (PENDING, FAILED)  # not claimed and not done: waiting for a claim, a retry or an operator
 
 
 def retry_delay(attempt: int) -> timedelta:
@@ -69,155 +60,7 @@ def retry_delay(attempt: int) -> timedelta:
     return min(RETRY_BASE_DELAY * (2 ** max(attempt - 1, 0)), RETRY_MAX_DELAY)
 
 
-def cut_utf8(text: str | None, max_bytes: int) -> str | None:
-    """Cuts text to at most max_bytes of UTF-8 without splitting a character."""
-    if text is None:
-        return None
-    encoded = text.encode(errors="replace")  # a lone surrogate becomes "?"
-    if len(encoded) <= max_bytes:
-        return encoded.decode()
-    return encoded[:max_bytes].decode(errors="ignore")
-
-
-def one_line_title(title: str) -> str:
-    """A title is one line of at most 200 characters."""
-    line = " ".join(str(title).split())
-    return line[: TITLE_MAX_CHARS - 1] + "…" if len(line) > TITLE_MAX_CHARS else line
-
-
-def check_result(result: Any) -> Any:
-    """A result is any JSON value of at most 64 KiB encoded."""
-    if result is None:  # most completions carry none; json.dumps would build an encoder for it
-        return None
-    try:
-        encoded = json.dumps(result, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-        size = len(encoded.encode())
-    except (TypeError, ValueError):
-        raise InvalidArgument("result must be JSON") from None
-    if size > RESULT_MAX_BYTES:
-        raise InvalidArgument(f"result is {size} bytes, over the 65536-byte limit")
-    return result
-
-
-def _result_fields(result: Any) -> dict[str, Any]:
-    """A checked result as an event names it: by reference to its bytes (none for no result)."""
-    if check_result(result) is None:
-        return {}
-    ref, data = json_stored(result)
-    return {"result_ref": ref, "result_bytes": data}
-
-
-def fence_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-# --- events -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class TodoOpened(DomainEvent):
-    endpoint_id: str
-    queue: str
-    source: str
-    kind: str | None
-    title: str
-    trust_mode: str
-    payload_size: int
-    idempotency_key: str | None = None
-    routing: dict[str, Any] | None = None
-    delivery_id: str | None = None
-    not_before: datetime | None = None
-    """Not claimable before this time (None: at once)."""
-    # `payload` inline before payloads were stored once (docs/adr/0027); now `payload_ref` names
-    # the bytes (for a delivery's todo: its delivery's body) and `payload_form` how to read them.
-    payload: Any = None
-    payload_ref: dict[str, Any] | None = None
-    payload_form: str | None = None
-    payload_bytes: bytes | None = carried()
-
-
-@dataclass(frozen=True, kw_only=True)
-class TodoClaimed(DomainEvent):
-    attempt: int
-    attempt_seq: int
-    holder: str
-    claimant: str | None
-    lease_expires_at: datetime
-    fence_hash: str | None = None
-    endpoint_id: str | None = None
-    queue: str | None = None
-    """Where the claimed todo is (None only in claims recorded before queue controls existed)."""
-    admitted_under: dict[str, Any] | None = None
-    """The queue controls this claim was admitted under (`max_in_flight`, `max_claims_per_minute`),
-    or None for a queue without controls: the store holds every process to them at commit."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class LeaseRenewed(DomainEvent):
-    lease_expires_at: datetime
-
-
-@dataclass(frozen=True, kw_only=True)
-class TodoCompleted(DomainEvent):
-    result: Any = None  # inline before docs/adr/0027; now by reference
-    summary: str | None = None
-    result_ref: dict[str, Any] | None = None
-    result_bytes: bytes | None = carried()
-
-
-@dataclass(frozen=True, kw_only=True)
-class TodoFailed(DomainEvent):
-    result: Any = None  # inline before docs/adr/0027; now by reference
-    summary: str | None = None
-    next_retry_at: datetime | None = None
-    dead_letter: bool = False
-    result_ref: dict[str, Any] | None = None
-    result_bytes: bytes | None = carried()
-
-
-@dataclass(frozen=True, kw_only=True)
-class LeaseExpired(DomainEvent):
-    dead_letter: bool = False
-
-
-@dataclass(frozen=True, kw_only=True)
-class TodoReleased(DomainEvent):
-    summary: str | None = None
-    outcome: str = "released"
-    dead_letter: bool = False
-    available_at: datetime | None = None
-    """A snooze: pending but not claimable before this time (None: at once)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class DelayElapsed(DomainEvent):
-    """A delayed (pushed with `not_before`) or snoozed todo became claimable."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class TodoRequeued(DomainEvent):
-    fresh_budget: bool = False
-
-
-@dataclass(frozen=True, kw_only=True)
-class TodoMoved(DomainEvent):
-    """A pending quarantined todo released to one of its endpoint's queues. It repeats what the
-    doorbell projection needs to ring for it, as TodoOpened does."""
-
-    queue: str
-    from_queue: str
-    endpoint_id: str
-    source: str
-    kind: str | None
-    title: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class TodoDiscarded(DomainEvent):
-    """An operator ends a quarantined todo without work: it is done, with no result."""
-
-    summary: str | None = None
-
+# --- the lifecycle facts of the events (domain/todo_events.py) -------------------------
 
 TODO_EVENTS = (
     TodoOpened, TodoClaimed, LeaseRenewed, TodoCompleted, TodoFailed, LeaseExpired,
@@ -260,18 +103,6 @@ def state_after(event: DomainEvent) -> tuple[str, bool]:
         case LeaseExpired() | TodoReleased():
             return (FAILED, True) if event.dead_letter else (PENDING, False)
     raise TypeError(f"not a todo transition: {type(event).__name__}")
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One claim of a todo; closed attempts keep their outcome and summary."""
-
-    seq: int
-    claimant: str | None
-    claimed_at: datetime
-    ended_at: datetime | None = None
-    outcome: str | None = None
-    summary: str | None = None
 
 
 # --- aggregate ----------------------------------------------------------------------------
@@ -406,7 +237,7 @@ class Todo(Aggregate):
         self._check_holder(now, holder, fence_token)
         self._record(
             TodoCompleted, timestamp=now, actor=holder, cause="complete",
-            summary=cut_utf8(summary, SUMMARY_MAX_BYTES), **_result_fields(result),
+            summary=cut_utf8(summary, SUMMARY_MAX_BYTES), **result_fields(result),
         )
 
     def fail(
@@ -418,7 +249,7 @@ class Todo(Aggregate):
         dead = self.attempt >= MAX_ATTEMPTS
         self._record(
             TodoFailed, timestamp=now, actor=holder, cause="fail",
-            summary=cut_utf8(summary, SUMMARY_MAX_BYTES), **_result_fields(result),
+            summary=cut_utf8(summary, SUMMARY_MAX_BYTES), **result_fields(result),
             next_retry_at=None if dead else now + retry_delay(self.attempt), dead_letter=dead,
         )
 
@@ -493,7 +324,7 @@ class Todo(Aggregate):
         """Ends a quarantined todo that is not claimed: done, with no result and no retry."""
         if self.queue != QUARANTINE:
             raise Conflict(f"todo {self.todo_id} is not in quarantine")
-        if self.state not in (PENDING, FAILED):
+        if self.state not in WAITING:
             raise Conflict(f"todo {self.todo_id} is {self._state_words()}; only an unclaimed quarantined todo can be discarded")
         self._record(
             TodoDiscarded, timestamp=now, actor=actor, cause="quarantine_discard",
@@ -505,15 +336,8 @@ class Todo(Aggregate):
     def _check_holder(self, now: datetime, holder: str, fence_token: str | None) -> None:
         if self.state != CLAIMED:
             raise Conflict(f"todo {self.todo_id} is {self._state_words()}, not claimed")
-        if self.holder != holder:
-            raise Conflict(f"todo {self.todo_id} is leased by another holder")
-        if self.lease_expires_at is not None and self.lease_expires_at <= now:
-            raise Conflict(f"the lease on todo {self.todo_id} has expired")
-        if self.fence_hash is not None:
-            if fence_token is None:
-                raise Conflict(f"todo {self.todo_id} is fenced: lease_token required")
-            if fence_hash(fence_token) != self.fence_hash:
-                raise Conflict(f"lease_token does not match the lease on todo {self.todo_id}")
+        check_lease(self.todo_id, held_by=self.holder, expires_at=self.lease_expires_at, fenced_by=self.fence_hash,
+                    now=now, holder=holder, fence_token=fence_token)
 
     def _state_words(self, now: datetime | None = None) -> str:
         if self.state == FAILED:
@@ -525,9 +349,7 @@ class Todo(Aggregate):
     # -- evolution
 
     def _end_attempt(self, at: datetime, outcome: str, summary: str | None) -> None:
-        current = self.attempts[-1]
-        closed = Attempt(current.seq, current.claimant, current.claimed_at, at, outcome, summary)
-        self.attempts = (*self.attempts[:-1], closed)
+        self.attempts = (*self.attempts[:-1], self.attempts[-1].closed(at, outcome, summary))
         self.holder = None
         self.claimant = None
         self.lease_expires_at = None

@@ -23,8 +23,7 @@ from domain.events import DomainEvent
 from domain.names import ENDPOINT_PREFIX, TODO_PREFIX, format_id
 from domain.queue import RATE_WINDOW
 from domain.todo import (
-    DelayElapsed, LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved,
-    TodoOpened, TodoReleased, TodoRequeued,
+    ENDS_A_CLAIM, DelayElapsed, LeaseRenewed, TodoClaimed, TodoDiscarded, TodoMoved, TodoOpened, TodoRequeued,
 )
 from projections.base import Op, micros
 
@@ -91,6 +90,6 @@ class QueueLoad:
                     (_FORGET_CLAIMS, (*key, since - int(RATE_WINDOW.total_seconds() * 1_000_000))),
                     (_ADMIT_RATE, (*key, at, todo_id, *key, since, *key)),
                 ]
-            case TodoCompleted() | TodoFailed() | LeaseExpired() | TodoReleased():
-                return [("DELETE FROM sb_in_flight WHERE todo_id = %s", (format_id(TODO_PREFIX, event.originator_id),))]
+        if isinstance(event, ENDS_A_CLAIM):
+            return [("DELETE FROM sb_in_flight WHERE todo_id = %s", (format_id(TODO_PREFIX, event.originator_id),))]
         return []

@@ -11,6 +11,7 @@ from application.ports import QueueLoad
 from application.presenters import claimable_from, iso, row
 from domain.envelopes import envelope_with_payload
 from domain.queue import RATE_WINDOW
+from domain.todo import WAITING
 from interfaces.store.blobs import TABLE as PAYLOADS, unpack
 from interfaces.store.database import Database, LockBusy
 from interfaces.store.projector import Projector
@@ -109,7 +110,7 @@ class SqlViews:
             [r["id"] for r in rows],
         ))
         for row in rows:
-            waiting = row["state"] in ("pending", "failed")
+            waiting = row["state"] in WAITING
             row["available_at"] = claimable_from(row["queue"], from_micros(found.get(row["id"]))) if waiting else None
         return rows
 

@@ -29,7 +29,7 @@ from domain.names import (
     uuid_of_hex,
 )
 from domain.operator import ApiTokenMinted, Operator, OperatorCreated, check_operator_name, operator_uuid
-from domain.todo import effective_lease
+from domain.leases import effective_lease
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 ENDPOINT_UUID = UUID("00000000-0000-4000-8000-0000000000e1")

@@ -29,7 +29,7 @@ from domain.ingest import (
     trust_of,
     verify_signature,
 )
-from domain.todo import TITLE_MAX_CHARS, one_line_title
+from domain.todo_fields import TITLE_MAX_CHARS, one_line_title
 from tests.fixtures import cairn_event, fixture, fixture_json, hmac_hex, sign
 
 NOW = datetime(2026, 1, 21, 15, 2, 30, tzinfo=timezone.utc)

@@ -18,7 +18,6 @@ from domain.todo import (
     FAILED,
     MAX_ATTEMPTS,
     PENDING,
-    Attempt,
     DelayElapsed,
     LeaseExpired,
     LeaseRenewed,
@@ -31,12 +30,11 @@ from domain.todo import (
     TodoOpened,
     TodoReleased,
     TodoRequeued,
-    check_result,
-    cut_utf8,
-    effective_lease,
-    one_line_title,
     retry_delay,
 )
+from domain.attempts import Attempt
+from domain.leases import effective_lease
+from domain.todo_fields import check_result, cut_utf8, one_line_title
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 TODO_UUID = UUID("00000000-0000-4000-8000-000000000001")

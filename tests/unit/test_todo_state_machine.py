@@ -28,8 +28,8 @@ from domain.todo import (
     TodoMoved,
     TodoReleased,
     TodoRequeued,
-    effective_lease,
 )
+from domain.leases import effective_lease
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 BUDGET = 5

@@ -11,7 +11,7 @@ from litestar.params import FromQuery, QueryParameter
 
 from application.service import Caller
 from domain.names import QUARANTINE
-from domain.todo import STATES
+from domain.todo import STATES, WAITING
 from interfaces.http.auth import caller_of
 from interfaces.http.board.forms import blank
 from interfaces.http.board.pages import Board, live_position, wants_partial
@@ -23,7 +23,7 @@ def counts(board: Board, caller: Caller, endpoint: str | None, queue: str | None
     """Counts per state within the queue filter, dead letters, and quarantined todos awaiting a decision."""
     counted = dict.fromkeys((*STATES, "all", "dead", "quarantine"), 0)
     for row in board.app.todo_counts(caller=caller, endpoint=endpoint):
-        if row["queue"] == QUARANTINE and row["state"] in ("pending", "failed"):
+        if row["queue"] == QUARANTINE and row["state"] in WAITING:
             counted["quarantine"] += row["count"]
         if queue is not None and row["queue"] != queue:
             continue
