@@ -2,11 +2,13 @@
 
 Order of answers (docs/adr/0010-mcp-transport.md): path (404), method (405), bearer credential
 (401 with `WWW-Authenticate`), slug (403), body size (413), JSON depth (400), protocol era (a
-modern-era request is refused with JSON-RPC `-32022` naming the handshake versions, so the SDK
-client falls back to `initialize`). Only then does the SDK's session manager see the request,
-with the endpoint and its scoped `Caller` in the ASGI scope — except a plain `tools/call` on a
-live session, which is authenticated and answered in one hop to a worker thread (ADR 18,
-interfaces/mcp/plain_calls.py). Blocking work runs in worker threads."""
+request in neither era, or naming a version not served, is refused with JSON-RPC `-32022` naming
+the versions served). Only then does the SDK see the request, with the endpoint and its scoped
+`Caller` in the ASGI scope: a handshake-era request (2025-06-18, 2025-11-25) goes to its session
+manager — except a plain `tools/call` on a live session, which is authenticated and answered in
+one hop to a worker thread (ADR 18, interfaces/mcp/plain_calls.py) — and a stateless-era request
+(2026-07-28) to its single-exchange handler (ADR 38, interfaces/mcp/modern.py). Blocking work runs
+in worker threads."""
 
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ import re
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any
 
 import anyio
 from litestar import asgi
@@ -29,9 +30,6 @@ from litestar.types import Send as LitestarSend
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
 from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
-from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
-from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Message, Receive, Scope, Send
 
 from application.errors import StoreUnavailable
@@ -39,6 +37,7 @@ from domain.errors import DomainError
 from interfaces.asgi_body import BodyTooLarge
 from interfaces.json_depth import TOO_DEEP, json_too_deep
 from interfaces.mcp.doorbell import Doorbell
+from interfaces.mcp.modern import Era, ModernEra, WrongEra, era_of, refuse_era
 from interfaces.mcp.plain_calls import MAX_REMEMBERED, PlainCall, PlainCalls
 from interfaces.mcp.revocations import REVOCATION_SWEEP_SECONDS, RevocationSweep
 from interfaces.mcp.sdk_guards import AnsweredOnce
@@ -46,8 +45,7 @@ from interfaces.mcp.server import PRINCIPAL, Principal, build_server, call_tool
 from interfaces.mcp.sessions import SessionManager, SessionRegistry
 from interfaces.mcp.tools import Services
 from interfaces.mcp.wire import (
-    MAX_BODY, bearer, first_headers, header, read_limited_body, refuse, request_id, respond, transport_security,
-    unauthorized,
+    MAX_BODY, bearer, first_headers, header, read_limited_body, refuse, respond, transport_security, unauthorized,
 )
 
 log = logging.getLogger("switchboard.mcp")
@@ -56,7 +54,6 @@ MCP_THREADS = 16
 """Threads for the store work of MCP requests (authentication, tool calls): the gateway's own
 executor, not anyio's thread limiter (a hand-off costs a third of the CPU, as for ingest)."""
 METHODS = ("POST", "GET", "DELETE")
-_PROTOCOL_VERSION = MCP_PROTOCOL_VERSION_HEADER.lower().encode()
 _SESSION_ID = MCP_SESSION_ID_HEADER.lower().encode()
 _SLUG_PATH = re.compile(r"/([a-z0-9][a-z0-9-]{0,63})/?")
 
@@ -76,6 +73,7 @@ class McpGateway:
             max_request_body_size=MAX_BODY, json_response=True,
         )
         self.plain_calls = PlainCalls(self.registry, self.manager)
+        self.modern = ModernEra(self.server, transport_security(base_url))
         self.revocations = RevocationSweep(services, self.registry, self.manager, revocation_sweep)
         self._users: dict[str, tuple[AuthenticatedUser, object]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -186,11 +184,10 @@ class McpGateway:
             except BodyTooLarge:
                 too_large = True
         too_deep = body is not None and json_too_deep(body)  # the SDK's parser would recurse into a RecursionError
-        version = headers.get(_PROTOCOL_VERSION)
-        modern = version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS
+        era = era_of(headers, body) if not too_deep and not too_large else Era.HANDSHAKE
         digest = hashlib.sha256(credential.encode()).digest()
         plain = None
-        if body is not None and not rest and not too_deep and not modern:
+        if body is not None and not rest and not too_deep and era is Era.HANDSHAKE:
             plain = await self.plain_calls.find(scope, headers, body, digest)
         try:
             if plain is not None:
@@ -209,14 +206,17 @@ class McpGateway:
             return await refuse(send, 413, "payload_too_large", f"request body over {MAX_BODY} bytes")
         if too_deep:
             return await refuse(send, 400, "invalid_argument", TOO_DEEP)
-        if modern:
-            return await self._refuse_modern_era(send, version.decode("latin-1"), request_id(body or b""))
+        if isinstance(era, WrongEra):
+            return await refuse_era(send, era, body)
         if answer is not None and plain is not None:
             await send({"type": "http.response.start", "status": 200, "headers": [
                 (b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode()),
                 (_SESSION_ID, plain.session_id.encode("latin-1"))]})
             await send({"type": "http.response.body", "body": answer})
             return
+        if era is Era.MODERN:
+            scope = {**scope, PRINCIPAL: principal}
+            return await self.modern.handle(scope, _replay(body, rest, receive), send, self.manager.lifespan_state)
         await self._dispatch(scope, receive, send, principal, body, rest)
 
     @staticmethod
@@ -237,15 +237,6 @@ class McpGateway:
             "content": [{"type": "text", "text": "unavailable: store down"}], "isError": True,
         }})
 
-    @staticmethod
-    async def _refuse_modern_era(send: Send, version: str, call_id: Any) -> None:
-        """Switchboard speaks the handshake era only (stateful sessions with a GET stream, which the
-        doorbell needs); this error makes the SDK client's `auto` mode fall back to `initialize`."""
-        await respond(send, 400, {"jsonrpc": "2.0", "id": call_id, "error": {
-            "code": UNSUPPORTED_PROTOCOL_VERSION, "message": "Unsupported protocol version",
-            "data": {"supported": list(HANDSHAKE_PROTOCOL_VERSIONS), "requested": version},
-        }})
-
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send, principal: Principal,
                         body: bytes | None, rest: list[Message]) -> None:
         endpoint = principal.endpoint
@@ -254,12 +245,7 @@ class McpGateway:
         scope = {**scope, "user": self._user(endpoint.endpoint_id)[0], PRINCIPAL: principal}
         session_id = header(scope, MCP_SESSION_ID_HEADER)
         method = scope["method"]
-        pending: list[Message] = ([{"type": "http.request", "body": body, "more_body": False}] if body is not None
-                                  else []) + rest
-
-        async def replay() -> Message:
-            return pending.pop(0) if pending else await receive()
-
+        replay = _replay(body, rest, receive)
         stream_open = False
 
         async def watch(message: Message) -> None:
@@ -287,6 +273,17 @@ class McpGateway:
         finally:
             if stream_open:
                 self.registry.stream_closed(session_id)
+
+
+def _replay(body: bytes | None, rest: list[Message], receive: Receive) -> Receive:
+    """The request's `receive` again from its start: the body the gateway read, then the rest."""
+    pending: list[Message] = ([{"type": "http.request", "body": body, "more_body": False}] if body is not None
+                              else []) + rest
+
+    async def replay() -> Message:
+        return pending.pop(0) if pending else await receive()
+
+    return replay
 
 
 def mcp_route(gateway: McpGateway) -> ASGIRouteHandler:

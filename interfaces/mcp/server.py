@@ -143,6 +143,9 @@ def build_server(services: Services, registry: SessionRegistry, threads: Executo
 
     server = SwitchboardServer(
         SERVER_NAME, version=VERSION, instructions=INSTRUCTIONS, on_list_tools=list_tools, on_call_tool=call_tool,
+        # the stateless era checks a call's Mcp-Param-* headers against the tool's schema: from the
+        # table, not from a tools/list run for each call
+        get_tool_input_schema=INPUT_SCHEMAS.get,
     )
     server.middleware.append(registry.remember_peer)
     return server

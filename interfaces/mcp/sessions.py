@@ -137,6 +137,11 @@ class SessionManager(StreamableHTTPSessionManager):
         super().__init__(*args, **kwargs)
         self.registry = registry
 
+    @property
+    def lifespan_state(self) -> Any:
+        """The server's lifespan state, entered once in `run()` (the modern era's requests need it)."""
+        return self._lifespan_state
+
     async def _discard_session(self, session_id: str, transport: StreamableHTTPServerTransport) -> None:
         try:
             await super()._discard_session(session_id, transport)

@@ -1,9 +1,10 @@
 """End to end: the MCP interface (CONTRACT §7) with the official `mcp` client in its default mode.
 
 One real `switchboard serve` (SQLite) for the module; every test vends its own endpoints with the
-CLI, so tests do not see each other's todos. The client is `mcp.client.Client` with `mode="auto"`:
-the server refuses its modern-era probe, and it falls back to the handshake era (stateful
-session, GET notification stream) — docs/adr/0010-mcp-transport.md.
+CLI, so tests do not see each other's todos. The client is `mcp.client.Client` with `mode="auto"`,
+which now lands in the stateless era (docs/adr/0038-both-mcp-eras-on-one-url.md); a test that
+needs a session (the doorbell, the initialize identity) forces `mode="legacy"`, the handshake era
+of docs/adr/0010-mcp-transport.md. tests/e2e/test_mcp_eras.py compares the eras verb by verb.
 """
 
 from __future__ import annotations
@@ -77,12 +78,12 @@ def bearer(vend: dict[str, Any]) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def connect(vend: dict[str, Any], *extensions: Any) -> AsyncIterator[Client]:
-    """The official client in its default (auto) mode, configured exactly as the vended mcp_json says."""
+async def connect(vend: dict[str, Any], *extensions: Any, mode: str = "auto") -> AsyncIterator[Client]:
+    """The official client (in its default mode unless told), configured exactly as the vended mcp_json says."""
     server = vend["mcp_json"]["mcpServers"]["switchboard"]
     async with httpx2.AsyncClient(headers=server["headers"], timeout=httpx2.Timeout(30, read=300)) as http:
         async with Client(streamable_http_client(server["url"], http_client=http),
-                          extensions=list(extensions)) as client:
+                          extensions=list(extensions), mode=mode) as client:
             yield client
 
 
@@ -115,8 +116,8 @@ def test_initialize_identifies_switchboard_and_its_channel(stack):
     vend = stack.vend(agent("init"), "--queue", "work")
 
     async def scenario() -> None:
-        async with connect(vend) as client:
-            assert client.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS  # steered off the modern era
+        async with connect(vend, mode="legacy") as client:
+            assert client.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
             assert client.server_info.name == "switchboard"
             assert client.server_info.version == VERSION
             assert client.server_capabilities.experimental == {"claude/channel": {}}
@@ -194,13 +195,14 @@ def test_http_refusals_before_the_sdk(stack):
         assert response.status_code == 413, response.text
         assert response.json()["code"] == "payload_too_large"
 
-        # the modern era's probe is refused with -32022 naming the handshake versions (the client falls back)
-        response = http.post(url, headers={**accept, **bearer(mine), "mcp-protocol-version": "2026-07-28"},
+        # a version neither era serves is refused with -32022 naming the versions served
+        # (tests/e2e/test_mcp_eras.py has the other era refusals)
+        response = http.post(url, headers={**accept, **bearer(mine), "mcp-protocol-version": "2099-01-01"},
                              json={"jsonrpc": "2.0", "id": 9, "method": "server/discover", "params": {}})
         assert response.status_code == 400
         assert response.json()["id"] == 9
         assert response.json()["error"]["code"] == -32022
-        assert response.json()["error"]["data"]["supported"] == list(HANDSHAKE_PROTOCOL_VERSIONS)
+        assert response.json()["error"]["data"]["supported"] == ["2025-06-18", "2025-11-25", "2026-07-28"]
 
         # DNS-rebinding protection: only the base URL's host and loopback names
         response = http.post(url, headers={**accept, **bearer(mine), "host": "evil.example"}, json=init)
@@ -303,7 +305,7 @@ def test_round_trip_from_a_signed_delivery_to_a_completed_todo(stack):
     doorbell = ChannelListener()
 
     async def scenario() -> None:
-        async with connect(vend, doorbell) as client, httpx.AsyncClient(timeout=10) as http:
+        async with connect(vend, doorbell, mode="legacy") as client, httpx.AsyncClient(timeout=10) as http:
             hook = await call(client, "create_webhook", source_type="github", target_queue="builds")
             assert hook["source_type"] == "github" and hook["trust_mode"] == "signed"
             assert hook["ingest_url"].startswith(f"{stack.base}/webhooks/w/")
