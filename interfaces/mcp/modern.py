@@ -77,14 +77,16 @@ def _meta_version(message: Any) -> Any:
 
 
 def era_of(headers: dict[bytes, bytes], body: bytes | None) -> Era | WrongEra:
-    """The era a request is in. Its body's `_meta` version decides first (the modern envelope;
-    the SDK's ladder then checks that the header agrees); then its version header; without
-    either, an `initialize`, a session id or a body the SDK must refuse as JSON is the handshake
-    era's, and any other message is in neither era."""
+    """The era a request is in. A modern version in its body's `_meta` decides first (the SDK's
+    ladder then checks that the header agrees), a version neither era serves there is refused;
+    then its version header; without either, an `initialize`, a session id or a body the SDK
+    must refuse as JSON is the handshake era's, and any other message is in neither era."""
     message = _decoded(body) if body is not None and _META_KEY in body else None
     version = _meta_version(message)
-    if version is not _NO_VERSION:
-        return Era.MODERN if version in MODERN_VERSIONS else WrongEra(version)
+    if version in MODERN_VERSIONS:
+        return Era.MODERN
+    if version is not _NO_VERSION and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        return WrongEra(version)  # a handshake version in _meta means nothing: the header decides
     raw = headers.get(_PROTOCOL_VERSION)
     if raw is not None:
         header = raw.decode("latin-1")
