@@ -79,9 +79,9 @@ PUSH_THREADS = 8
 # The SDK floor: the same mcp SDK with its default settings (a stateful session manager, an SSE
 # stream per POST, no event store), mounted in Litestar under uvicorn as `serve` mounts the
 # gateway, with the two tools the drain calls answering fixed JSON of the size Switchboard's
-# answers had in this run. It steers the client to the handshake era exactly as the gateway
-# does (a modern-era request is refused with -32022), so both are driven the same way:
-# initialize, a GET stream, then tools/call. No credential, no store, no thread hop.
+# answers had in this run. It refuses a modern-era request with -32022, and both are driven the
+# same way in the handshake era (the clients force mode="legacy"): initialize, a GET stream, then
+# tools/call. No credential, no store, no thread hop.
 SDK_FLOOR_APP = """\
 import json
 import os
@@ -181,11 +181,12 @@ class ChannelListener(ClientExtension):
 
 
 async def open_session(stack: AsyncExitStack, url: str, credential: str, listener: ChannelListener) -> Client:
-    """The official client in its default (auto) mode, with the bearer credential, as the vended mcp_json says."""
+    """The official client in the handshake era (the doorbell needs a session; the default mode now
+    picks the stateless era, ADR 38), with the bearer credential, as the vended mcp_json says."""
     http = await stack.enter_async_context(httpx2.AsyncClient(
         headers={"Authorization": f"Bearer {credential}"}, timeout=httpx2.Timeout(30, read=300)))
     return await stack.enter_async_context(
-        Client(streamable_http_client(url, http_client=http), extensions=[listener]))
+        Client(streamable_http_client(url, http_client=http), extensions=[listener], mode="legacy"))
 
 
 async def call(client: Client, verb: str, **arguments: Any) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from domain.endpoint import ALL_VERBS
+from interfaces.version import VERSION
 from tests.e2e._support import Server
 from tests.e2e.test_mcp import AUTH_401, WWW_AUTHENTICATE, McpStack, agent, bearer
 from tests.fixtures import sign
@@ -221,7 +222,10 @@ def test_the_stateless_era_names_its_server_and_keeps_the_scope(stack):
     async def scenario() -> None:
         async with connect(narrow, "auto") as client:
             assert client.protocol_version == MODERN
-            assert client.server_info.name == "switchboard"
+            assert client.server_info.name == "switchboard" and client.server_info.version == VERSION
+            assert client.server_capabilities.tools is not None
+            # no channel capability: nothing would be delivered in this era (yet)
+            assert "claude/channel" not in (client.server_capabilities.experimental or {})
             assert "claim_next" in (client.instructions or "")
             assert [t.name for t in (await client.list_tools()).tools] == ["claim_next", "complete"]
             result = await client.call_tool("list_todos", {})
