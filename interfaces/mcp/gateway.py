@@ -196,7 +196,7 @@ class McpGateway:
             else:
                 principal, answer = await self._authenticate(credential, match.group(1), None)
         except StoreUnavailable:
-            return await self._store_down(send, body)
+            return await self._store_down(send, body, era)
         if principal is None:
             return await unauthorized(send)
         self.plain_calls.remember(digest, principal.endpoint.endpoint_id)
@@ -219,11 +219,10 @@ class McpGateway:
             return await self.modern.handle(scope, _replay(body, rest, receive), send, self.manager.lifespan_state)
         await self._dispatch(scope, receive, send, principal, body, rest)
 
-    @staticmethod
-    async def _store_down(send: Send, body: bytes | None) -> None:
+    async def _store_down(self, send: Send, body: bytes | None, era: Era | WrongEra) -> None:
         """The credential cannot be checked while the store is down. A tool call is answered as the
         tool error `unavailable: store down` (CONTRACT §12: nothing was done), in the JSON-RPC
-        answer the client waits for; anything else is the HTTP 503."""
+        answer the client waits for, shaped for its era; anything else is the HTTP 503."""
         call_id = None
         try:
             message = json.loads(body) if body is not None else None
@@ -233,9 +232,9 @@ class McpGateway:
             call_id = message.get("id")
         if call_id is None:
             return await refuse(send, 503, "unavailable", "store down")
-        await respond(send, 200, {"jsonrpc": "2.0", "id": call_id, "result": {
-            "content": [{"type": "text", "text": "unavailable: store down"}], "isError": True,
-        }})
+        result = {"content": [{"type": "text", "text": "unavailable: store down"}], "isError": True}
+        await respond(send, 200, {"jsonrpc": "2.0", "id": call_id,
+                                  "result": self.modern.result(result) if era is Era.MODERN else result})
 
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send, principal: Principal,
                         body: bytes | None, rest: list[Message]) -> None:

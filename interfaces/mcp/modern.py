@@ -28,7 +28,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
-from mcp_types import PROTOCOL_VERSION_META_KEY, UNSUPPORTED_PROTOCOL_VERSION
+from mcp_types import PROTOCOL_VERSION_META_KEY, SERVER_INFO_META_KEY, UNSUPPORTED_PROTOCOL_VERSION
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Receive, Scope, Send
 
@@ -124,6 +124,11 @@ class ModernEra:
     def __init__(self, server: Server[Any], security_settings: TransportSecuritySettings) -> None:
         self.server = server
         self.security_settings = security_settings
+
+    def result(self, result: dict[str, Any]) -> dict[str, Any]:
+        """A result the gateway writes itself (`unavailable: store down`), as the SDK writes one in
+        this era: `resultType` and the `serverInfo` stamp, which the SDK client requires."""
+        return {**result, "resultType": "complete", "_meta": {SERVER_INFO_META_KEY: self.server.server_info_stamp}}
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, lifespan_state: Any) -> None:
         # The modern era has no sessions: a session id header must not reach the SDK's middleware

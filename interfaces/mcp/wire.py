@@ -84,13 +84,3 @@ async def read_limited_body(headers: dict[bytes, bytes], receive: Receive) -> tu
         raise BodyTooLarge
     body, gone = await read_body(receive, MAX_BODY)
     return body, [] if gone is None else [gone]
-
-
-def request_id(body: bytes) -> Any:
-    """The JSON-RPC id of a request body, if it has one (for an error answer that must name it)."""
-    try:
-        message = json.loads(body)
-    except ValueError:
-        return None
-    return message.get("id") if isinstance(message, dict) else None
-

@@ -81,3 +81,15 @@ def _body(method: str, version: object = None, **params: object) -> bytes:
 ])
 def test_the_era_of_a_request(headers, body, era):
     assert era_of(headers, body) == era
+
+
+def test_a_result_the_gateway_writes_itself_in_the_stateless_era_is_shaped_as_the_sdk_shapes_one():
+    from mcp_types import SERVER_INFO_META_KEY
+
+    from interfaces.mcp.modern import ModernEra
+    from interfaces.mcp.wire import transport_security
+
+    server = build_server(None, SessionRegistry(), None)  # type: ignore[arg-type]
+    result = ModernEra(server, transport_security("http://127.0.0.1:8080")).result({"content": [], "isError": True})
+    assert result["resultType"] == "complete"
+    assert result["_meta"][SERVER_INFO_META_KEY]["name"] == "switchboard"
