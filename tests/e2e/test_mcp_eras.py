@@ -143,8 +143,10 @@ async def every_verb(call: Transcript, peer: dict[str, Any]) -> None:
     await call("set_default_lease", default_lease_ttl_seconds=5)
     await call("create_webhook", source_type="github")
     await call("create_webhook", source_type="github", target_queue="elsewhere")
+    await call("create_webhook", source_type="gitea", target_queue="work")
     hook = await call("create_webhook", source_type="github", target_queue="work")
     assert hook is not None
+    await call("create_webhook", source_type="github", target_queue="work")
     await call("list_webhooks")
     async with httpx.AsyncClient(timeout=10) as http:
         first, second = await deliver(http, hook, 1), await deliver(http, hook, 2)
@@ -167,6 +169,8 @@ async def every_verb(call: Transcript, peer: dict[str, Any]) -> None:
     await call("claim_next", max=0)
     await call("set_webhook_rules", webhook_id=hook["webhook_id"],
                rules=[{"id": "opened", "expr": '.payload.action == "opened"', "action": {"queue": "work"}}])
+    await call("set_webhook_rules", webhook_id=hook["webhook_id"], rules=[{"expr": "$ENV", "action": {"queue": "work"}}])
+    await call("set_webhook_rules", webhook_id=hook["webhook_id"], rules=[], params="nope")
     await call("list_webhook_rules", webhook_id=hook["webhook_id"])
     await call("test_webhook_rules", webhook_id=hook["webhook_id"], payload={"action": "opened"})
     await call("test_webhook_rules", webhook_id=hook["webhook_id"])
@@ -184,7 +188,7 @@ def test_every_verb_answers_alike_in_the_default_mode_and_both_forced_eras(stack
     transcripts, tool_lists, versions = {}, {}, {}
 
     async def run(mode: str) -> None:
-        mine = stack.vend(agent("eras"), "--queue", "work")
+        mine = stack.vend(agent("eras"), "--queue", "work", "--source-types", "github", "--webhook-max", "1")
         peer = stack.vend(agent("peer"), "--queue", "work")
         recorded = Recorded()
         known = {mine["slug"]: "<slug>", mine["endpoint_id"]: "<endpoint>", peer["endpoint_id"]: "<peer>"}
@@ -213,7 +217,8 @@ def test_every_verb_answers_alike_in_the_default_mode_and_both_forced_eras(stack
     outcomes = dict(transcripts["legacy"])  # spot checks that the transcript says something
     assert outcomes["drop_tables"][0] == "error" and outcomes["drop_tables"][1].startswith("forbidden: ")
     codes = {text.split(":")[0] for verb, (kind, text) in transcripts["legacy"] if kind == "error"}
-    assert codes == {"invalid_argument", "forbidden", "not_found", "conflict"}, codes
+    assert codes == {"invalid_argument", "forbidden", "not_found", "conflict", "forbidden_source_type",
+                     "ceiling_exceeded", "forbidden_function", "invalid_params"}, codes
 
 
 def test_the_stateless_era_names_its_server_and_keeps_the_scope(stack):
@@ -282,6 +287,10 @@ def test_the_refusals_are_the_same_in_both_eras(stack):
         legacy = http.post(url, headers=handshake_session(http, url, mine),
                            json={"jsonrpc": "2.0", "id": 7, "method": "tools/drop"})
         assert legacy.json()["error"]["code"] == -32601, legacy.text
+
+        # DNS-rebinding protection, as in the handshake era
+        headers, body = modern_request("tools/list")
+        assert http.post(url, headers={**headers, **bearer(mine), "host": "evil.example"}, json=body).status_code == 421
 
         # the stateless era has no GET stream and no session to end
         for method in ("GET", "DELETE"):
