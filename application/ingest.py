@@ -316,9 +316,9 @@ class Ingest:
         return decision
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass sets each field through object.__setattr__
 class Received:
-    """One delivery, verified and named, as ingest read it before deciding on it."""
+    """One delivery, verified and named, as ingest read it before deciding on it (never changed)."""
 
     webhook: Webhook
     body: bytes
