@@ -17,7 +17,7 @@ from application.errors import ConfigurationError
 from application.ports import Clock, EventStore, SecretBox, UnitOfWork
 from domain.endpoint import SOURCE_TYPES, Endpoint, endpoint_uuid_of
 from domain.errors import Forbidden, InvalidArgument, NotFound
-from domain.ingest import SIGNED_SOURCES, new_signing_secret, trust_of
+from domain.signatures import SIGNED_SOURCES, new_signing_secret, trust_of
 from domain.names import ENDPOINT_PREFIX, check_queue_name, format_id
 from domain.trust import TrustPolicy
 from domain.webhook import Webhook, WebhookCreated

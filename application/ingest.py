@@ -13,6 +13,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 from typing import Any
 from uuid import UUID, uuid4
@@ -21,24 +22,26 @@ from application.access import holder_of, webhook_uuid
 from application.ports import Clock, EventStore, RuleEngine, SecretBox, UnitOfWork, Views
 from application.rules import rule_set_of
 from application.todos import open_or_reuse
+from domain.bodies import parse_payload_form
 from domain.delivery import DELIVERY_PREFIX, Delivery
 from domain.endpoint import Endpoint, endpoint_uuid_of
 from domain.envelopes import envelope
 from domain.errors import DomainError, NotFound
 from domain.events import Aggregate
 from domain.idempotency import IdempotencyKey, key_uuid
-from domain.ingest import (
-    check_single_signatures, delivery_id, delivery_kind, derive_title, parse_payload_form, redact_headers, trust_of,
-    verify_signature,
-)
+from domain.ingest import delivery_id, delivery_kind, redact_headers
 from domain.names import QUARANTINE, TODO_PREFIX, parse_id
 from domain.once import OnceKey, once_uuid
 from domain.payloads import ref_of
 from domain.routing import Decision, NoMatch, decide, repeat_trace
 from domain.rule_set import RuleSet
+from domain.signatures import check_single_signatures, trust_of, verify_signature
 from domain.subjects import subject_of
+from domain.titles import derive_title
 from domain.todo import Todo
+from domain.trust import Actor
 from domain.webhook import Webhook
+
 
 MEMO_SIZE = 10_000
 INLINE_BODY = 64 * 1024  # larger bodies are verified and parsed off the event loop (~0.1 ms per 10 KB)
@@ -248,100 +251,160 @@ class Ingest:
                                                           inline=inline)
         with _confirmed_afresh(decided_on):  # a refusal decided on copies is checked on fresh state
             check_single_signatures(webhook.source_type, (name for name, _ in headers.items()))
-            secret = self.box.decrypt(webhook.secret_ciphertext) if webhook.secret_ciphertext else None
-            now = self.clock.now()
-            cairn = verify_signature(webhook.source_type, secret, lowered, body, now)
-            trust_mode, verified = trust_of(webhook.source_type)
-            kind = delivery_kind(lowered, cairn)
-            key = _delivery_key(webhook.webhook_id, lowered, webhook.source_type, cairn, body)
-            content_type = lowered.get("content-type")
-            payload, payload_form = parse_payload_form(body, content_type)
-            redacted = redact_headers(lowered)
-            rule_set = self._rules_of(webhook)
-            wanted = [
-                *((Endpoint, endpoint_uuid_of(t)) for t, _ in webhook.routes),
-                *((IdempotencyKey, key_uuid(t, key)) for t in webhook.targets),
-            ]
-            if decided_on:  # keys taken as absent, like the others (a cairn key is known only now)
-                loaded.update({i: None for cls, i in wanted if cls is IdempotencyKey and i not in loaded})
-            loaded.update(self._load([w for w in wanted if w[1] not in loaded], inline))  # none, unless a guess missed
-            active = [e for t in webhook.targets if (e := loaded.get(endpoint_uuid_of(t))) is not None and e.is_active(now)]
-            sender = webhook.trust.actor(webhook.source_type, payload, verified=verified)
-            env = envelope(source=webhook.source_type, kind=kind, webhook_id=webhook.webhook_id, trust_mode=trust_mode,
-                           verified=verified, content_type=content_type, size=len(body), headers=redacted, payload=payload,
-                           actor=sender)
-            if rule_set.rules and inline:
-                raise WouldWait("the rule engine is asked in a worker process")
-            outcome = self.engine.evaluate(rule_set, env) if rule_set.rules else NoMatch()
-            decision = decide(
-                rule_set, outcome, targets=tuple(e.endpoint_id for e in active) or (owner.endpoint_id,),
-                target_queue=webhook.target_queue, scopes={e.endpoint_id: e.queues for e in active},
-                untrusted=sender if webhook.trust.holds(sender) else None,
-                subject=subject_of(webhook.source_type, kind, payload), webhook_id=webhook.webhook_id,
-            )
-            if decision.once_subject is not None:  # read before the write side, as the keys are
-                loaded.update(self._load([(OnceKey, once_uuid(t, decision.queue, decision.once_subject))
-                                          for t in decision.endpoints], inline))
-        title = derive_title(webhook.source_type, kind, payload, body=body, content_type=content_type)
-        body_ref = ref_of(body)  # the delivery and each todo it opens name these bytes once (docs/adr/0027)
-        queue = QUARANTINE if decision.faulted else decision.queue
-        delivery_uuid = uuid4()
-        event_id = f"{DELIVERY_PREFIX}{delivery_uuid.hex}"
-        actor = f"webhook:{webhook.webhook_id}"
-
-        def open_on(uow: UnitOfWork, target: Endpoint) -> tuple[dict[str, Any], bool]:
-            """One todo on one target, or the live one its idempotency key (or, for `once`, its
-            subject) already names; True for a `once` repeat."""
-            once = Once(uow, target.endpoint_id, queue, decision.once_subject, actor)
-            todo, created = open_or_reuse(uow, target.endpoint_id, key, lambda: once.bound(Todo.open(
-                id=uuid4(), now=uow.now, actor=actor, endpoint_id=target.endpoint_id, queue=queue,
-                source=webhook.source_type, title=title, trust_mode=trust_mode, payload_ref=body_ref,
-                payload_form=payload_form, payload_bytes=body, payload_size=len(body), kind=kind, idempotency_key=key, routing=decision.trace,
-                delivery_id=event_id, cause="ingest",
-            )), actor=actor, reuse=once.live if decision.once_subject is not None else None)
-            ref = {"id": todo.todo_id, "endpoint_id": target.endpoint_id, "queue": todo.queue, "created": created}
-            return ref, once.repeat
-
-        versions = dict(decided_on)
-
-        def current(uow: UnitOfWork, cls: type[Aggregate], aggregate_id: UUID) -> Any:
-            """The aggregate as this run sees it; one decided on from a copy must still be at the
-            copy's version (a run on fresh state finds out when it is not)."""
-            aggregate = uow.get(cls, aggregate_id)
-            if aggregate_id in versions and (aggregate is None or aggregate.version != versions[aggregate_id]):
-                raise StaleCopy(f"{cls.__name__} {aggregate_id} changed since ingest decided on it")
-            return aggregate
-
-        def handler(uow: UnitOfWork) -> tuple[list[dict[str, Any]], bool]:
-            if decided_on:
-                current(uow, Webhook, webhook.id)
-                current(uow, Endpoint, owner.id)
-            todos: list[dict[str, Any]] = []
-            repeat = False
-            for endpoint_id in ([] if decision.drop else decision.endpoints):
-                target = current(uow, Endpoint, endpoint_uuid_of(endpoint_id))
-                if target is not None and target.is_active(uow.now):
-                    ref, repeated = open_on(uow, target)
-                    todos.append(ref)
-                    repeat = repeat or repeated
-            uow.add(Delivery.accept(
-                id=delivery_uuid, now=uow.now, actor=actor, webhook_id=webhook.webhook_id,
-                endpoint_id=owner.endpoint_id, source=webhook.source_type, kind=kind, trust_mode=trust_mode,
-                verified=verified, remote_addr=remote_addr, content_type=content_type, size=len(body),
-                headers=redacted, body=body, body_ref=body_ref, payload_form=payload_form, delivery_key=key,
-                disposition=decision.disposition, routing=repeat_trace(decision.trace) if repeat else decision.trace,
-                todos=todos, sender_actor=sender.to_json(), decided_on=decided_on,
-            ))
-            return todos, repeat
-
-        def done(result: tuple[list[dict[str, Any]], bool]) -> Ingested:
-            todos, repeat = result
-            return Ingested(todos=todos, verified=verified, trust_mode=trust_mode, event_id=event_id,
-                            decision=decision, repeat=repeat)
-
+            received = self._receive(webhook, lowered, body)
+            active = self._active_targets(received, loaded, decided_on, inline)
+            decision = self._decide(received, owner, active, loaded, inline)
+        recording = Recording(received, owner, decision, decided_on, remote_addr)
         # the webhook too when it is a copy (the command checks it), else it is not read there
         hints = {k: v for k, v in loaded.items() if decided_on or not isinstance(v, Webhook)}
-        return Command(handler, hints, done)
+        return Command(recording.handler, hints, recording.done)
+
+    def _receive(self, webhook: Webhook, lowered: dict[str, str], body: bytes) -> Received:
+        """The delivery verified and named: its signature checked, its kind, key and payload read."""
+        secret = self.box.decrypt(webhook.secret_ciphertext) if webhook.secret_ciphertext else None
+        now = self.clock.now()
+        cairn = verify_signature(webhook.source_type, secret, lowered, body, now)
+        trust_mode, verified = trust_of(webhook.source_type)
+        kind = delivery_kind(lowered, cairn)
+        content_type = lowered.get("content-type")
+        payload, payload_form = parse_payload_form(body, content_type)
+        redacted = redact_headers(lowered)
+        sender = webhook.trust.actor(webhook.source_type, payload, verified=verified)
+        return Received(
+            webhook=webhook, body=body, now=now, trust_mode=trust_mode, verified=verified, kind=kind,
+            key=_delivery_key(webhook.webhook_id, lowered, webhook.source_type, cairn, body),
+            content_type=content_type, payload=payload, payload_form=payload_form, redacted=redacted,
+            sender=sender,
+        )
+
+    def _active_targets(self, received: Received, loaded: dict[UUID, Any], decided_on: tuple[tuple[UUID, int], ...],
+                        inline: bool) -> list[Endpoint]:
+        """The webhook's targets that are active now, with the idempotency keys the delivery names
+        read alongside (none is read unless the webhook's last version mispredicted them)."""
+        webhook = received.webhook
+        wanted = [
+            *((Endpoint, endpoint_uuid_of(t)) for t, _ in webhook.routes),
+            *((IdempotencyKey, key_uuid(t, received.key)) for t in webhook.targets),
+        ]
+        if decided_on:  # keys taken as absent, like the others (a cairn key is known only now)
+            loaded.update({i: None for cls, i in wanted if cls is IdempotencyKey and i not in loaded})
+        loaded.update(self._load([w for w in wanted if w[1] not in loaded], inline))  # none, unless a guess missed
+        now = received.now
+        return [e for t in webhook.targets if (e := loaded.get(endpoint_uuid_of(t))) is not None and e.is_active(now)]
+
+    def _decide(self, received: Received, owner: Endpoint, active: list[Endpoint], loaded: dict[UUID, Any],
+                inline: bool) -> Decision:
+        """The rules' decision on the delivery's envelope (in the rule engine's worker process)."""
+        webhook, sender = received.webhook, received.sender
+        rule_set = self._rules_of(webhook)
+        env = envelope(source=webhook.source_type, kind=received.kind, webhook_id=webhook.webhook_id,
+                       trust_mode=received.trust_mode, verified=received.verified,
+                       content_type=received.content_type, size=len(received.body), headers=received.redacted,
+                       payload=received.payload, actor=sender)
+        if rule_set.rules and inline:
+            raise WouldWait("the rule engine is asked in a worker process")
+        outcome = self.engine.evaluate(rule_set, env) if rule_set.rules else NoMatch()
+        decision = decide(
+            rule_set, outcome, targets=tuple(e.endpoint_id for e in active) or (owner.endpoint_id,),
+            target_queue=webhook.target_queue, scopes={e.endpoint_id: e.queues for e in active},
+            untrusted=sender if webhook.trust.holds(sender) else None,
+            subject=subject_of(webhook.source_type, received.kind, received.payload), webhook_id=webhook.webhook_id,
+        )
+        if decision.once_subject is not None:  # read before the write side, as the keys are
+            loaded.update(self._load([(OnceKey, once_uuid(t, decision.queue, decision.once_subject))
+                                      for t in decision.endpoints], inline))
+        return decision
+
+
+@dataclass(slots=True)  # not frozen: a frozen dataclass sets each field through object.__setattr__
+class Received:
+    """One delivery, verified and named, as ingest read it before deciding on it (never changed)."""
+
+    webhook: Webhook
+    body: bytes
+    now: datetime
+    trust_mode: str
+    verified: bool
+    kind: str | None
+    key: str
+    content_type: str | None
+    payload: object | None
+    payload_form: str
+    redacted: dict[str, str]
+    sender: Actor
+
+
+class Recording:
+    """The write side of one decided delivery: its `handler` opens (or finds) a todo on each
+    target the decision names and appends the DeliveryAccepted event, in one command; `done`
+    makes the handler's answer the delivery's `Ingested`."""
+
+    def __init__(self, received: Received, owner: Endpoint, decision: Decision,
+                 decided_on: tuple[tuple[UUID, int], ...], remote_addr: str | None) -> None:
+        self.received, self.owner, self.decision = received, owner, decision
+        self.decided_on, self.remote_addr = decided_on, remote_addr
+        self.versions = dict(decided_on)
+        webhook = received.webhook
+        self.title = derive_title(webhook.source_type, received.kind, received.payload, body=received.body,
+                                  content_type=received.content_type)
+        self.body_ref = ref_of(received.body)  # the delivery and each todo it opens name these bytes once (docs/adr/0027)
+        self.queue = QUARANTINE if decision.faulted else decision.queue
+        self.delivery_uuid = uuid4()
+        self.event_id = f"{DELIVERY_PREFIX}{self.delivery_uuid.hex}"
+        self.actor = f"webhook:{webhook.webhook_id}"
+
+    def handler(self, uow: UnitOfWork) -> tuple[list[dict[str, Any]], bool]:
+        received, decision, webhook = self.received, self.decision, self.received.webhook
+        if self.decided_on:
+            self._current(uow, Webhook, webhook.id)
+            self._current(uow, Endpoint, self.owner.id)
+        todos: list[dict[str, Any]] = []
+        repeat = False
+        for endpoint_id in ([] if decision.drop else decision.endpoints):
+            target = self._current(uow, Endpoint, endpoint_uuid_of(endpoint_id))
+            if target is not None and target.is_active(uow.now):
+                ref, repeated = self._open_on(uow, target)
+                todos.append(ref)
+                repeat = repeat or repeated
+        body = received.body
+        uow.add(Delivery.accept(
+            id=self.delivery_uuid, now=uow.now, actor=self.actor, webhook_id=webhook.webhook_id,
+            endpoint_id=self.owner.endpoint_id, source=webhook.source_type, kind=received.kind,
+            trust_mode=received.trust_mode, verified=received.verified, remote_addr=self.remote_addr,
+            content_type=received.content_type, size=len(body), headers=received.redacted, body=body,
+            body_ref=self.body_ref, payload_form=received.payload_form, delivery_key=received.key,
+            disposition=decision.disposition, routing=repeat_trace(decision.trace) if repeat else decision.trace,
+            todos=todos, sender_actor=received.sender.to_json(), decided_on=self.decided_on,
+        ))
+        return todos, repeat
+
+    def done(self, result: tuple[list[dict[str, Any]], bool]) -> Ingested:
+        todos, repeat = result
+        return Ingested(todos=todos, verified=self.received.verified, trust_mode=self.received.trust_mode,
+                        event_id=self.event_id, decision=self.decision, repeat=repeat)
+
+    def _open_on(self, uow: UnitOfWork, target: Endpoint) -> tuple[dict[str, Any], bool]:
+        """One todo on one target, or the live one its idempotency key (or, for `once`, its
+        subject) already names; True for a `once` repeat."""
+        received, decision, actor, webhook = self.received, self.decision, self.actor, self.received.webhook
+        once = Once(uow, target.endpoint_id, self.queue, decision.once_subject, actor)
+        body = received.body
+        todo, created = open_or_reuse(uow, target.endpoint_id, received.key, lambda: once.bound(Todo.open(
+            id=uuid4(), now=uow.now, actor=actor, endpoint_id=target.endpoint_id, queue=self.queue,
+            source=webhook.source_type, title=self.title, trust_mode=received.trust_mode, payload_ref=self.body_ref,
+            payload_form=received.payload_form, payload_bytes=body, payload_size=len(body), kind=received.kind,
+            idempotency_key=received.key, routing=decision.trace, delivery_id=self.event_id, cause="ingest",
+        )), actor=actor, reuse=once.live if decision.once_subject is not None else None)
+        ref = {"id": todo.todo_id, "endpoint_id": target.endpoint_id, "queue": todo.queue, "created": created}
+        return ref, once.repeat
+
+    def _current(self, uow: UnitOfWork, cls: type[Aggregate], aggregate_id: UUID) -> Any:
+        """The aggregate as this run sees it; one decided on from a copy must still be at the
+        copy's version (a run on fresh state finds out when it is not)."""
+        aggregate = uow.get(cls, aggregate_id)
+        if aggregate_id in self.versions and (aggregate is None or aggregate.version != self.versions[aggregate_id]):
+            raise StaleCopy(f"{cls.__name__} {aggregate_id} changed since ingest decided on it")
+        return aggregate
 
 
 class Once:

@@ -14,7 +14,7 @@ from typing import Any
 
 from application.ports import PayloadSource
 from application.presenters import iso, todo_full
-from domain.ingest import read_payload
+from domain.bodies import read_payload
 from domain.events import DomainEvent
 from domain.payloads import JSON, PAYLOAD_FIELDS, TEXT, Pruned
 from domain.todo import Todo, TodoOpened

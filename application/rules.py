@@ -18,7 +18,9 @@ from application.ports import RuleEngine, Views
 from domain.endpoint import Endpoint, endpoint_uuid_of
 from domain.envelopes import envelope
 from domain.errors import Conflict, InvalidArgument, NotFound
-from domain.ingest import delivery_kind, derive_title, redact_headers, trust_of
+from domain.ingest import delivery_kind, redact_headers
+from domain.signatures import trust_of
+from domain.titles import derive_title
 from domain.routing import Faulted, NoMatch, decide
 from domain.rule_set import RuleSet, check_grant, parse_rule_set, rule_label
 from domain.subjects import subject_of

@@ -23,7 +23,7 @@ from domain.idempotency import KEY_MAX_BYTES, IdempotencyKey, key_uuid
 from domain.names import check_queue_name
 from domain.queue import QueueRefused, Refusal, check_delay_seconds
 from domain.leases import effective_lease
-from domain.todo import Todo
+from domain.todo import CLAIMED, Todo
 
 CLAIM_CANDIDATES = 8
 MAX_CLAIM_BATCH = 100  # todos one claim_next may take at once (`max`)
@@ -296,7 +296,7 @@ class Todos:
 
         def handler(uow: UnitOfWork) -> bool:
             todo = uow.get(Todo, todo_uuid_, fresh=True)
-            if todo is None or todo.state != "claimed" or todo.holder != holder:
+            if todo is None or todo.state != CLAIMED or todo.holder != holder:
                 return False
             todo.revoke_lease(now=uow.now, actor=caller.label)
             return True

@@ -766,8 +766,8 @@ STAGES = {
     "writer": [
         ("commit: insert_events + inline projections (1 txn/batch)", ("Writer._commit",)),
         ("handler: load IdempotencyKey (miss -> query)", ("open_or_reuse", "Unit.get")),
-        ("handler: load target Endpoint (not cached)", ("Ingest._ingest.<locals>.handler", "Unit.get")),
-        ("handler: Todo.open / Delivery.accept (domain)", ("Ingest._ingest.<locals>.handler",)),
+        ("handler: load target Endpoint (not cached)", ("Recording.handler", "Unit.get")),
+        ("handler: Todo.open / Delivery.accept (domain)", ("Recording.handler",)),
         ("announce to listeners", ("Writer._announce",)),
         ("waiting for jobs / linger", ("Writer._loop",)),
         ("other", ()),

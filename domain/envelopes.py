@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from domain.ingest import read_payload
+from domain.bodies import read_payload
 from domain.payloads import JSON, TEXT
 from domain.trust import Actor
 

@@ -105,6 +105,11 @@ def state_after(event: DomainEvent) -> tuple[str, bool]:
     raise TypeError(f"not a todo transition: {type(event).__name__}")
 
 
+def is_live_state(state: str, dead_letter: bool) -> bool:
+    """Pending, claimed, or failed awaiting a retry; done and dead letters are finished."""
+    return state in (PENDING, CLAIMED) or (state == FAILED and not dead_letter)
+
+
 # --- aggregate ----------------------------------------------------------------------------
 
 
@@ -165,7 +170,7 @@ class Todo(Aggregate):
     @property
     def is_live(self) -> bool:
         """Pending, claimed, or failed awaiting a retry: an idempotency key still maps here."""
-        return self.state in (PENDING, CLAIMED) or (self.state == FAILED and not self.dead_letter)
+        return is_live_state(self.state, self.dead_letter)
 
     def is_claimable(self, now: datetime) -> bool:
         """Pending and not delayed past now, or failed with its retry due — and not in quarantine,

@@ -12,7 +12,7 @@ import json
 from domain.delivery import DELIVERY_PREFIX, DeliveryAccepted
 from domain.envelopes import envelope
 from domain.events import DomainEvent
-from domain.ingest import parse_payload_form
+from domain.bodies import parse_payload_form
 from domain.names import format_id
 from domain.trust import NO_POLICY, Actor
 from domain.todo import TODO_EVENTS

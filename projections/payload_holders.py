@@ -16,8 +16,8 @@ from domain.events import DomainEvent
 from domain.names import TODO_PREFIX, format_id
 from domain.payloads import PAYLOAD_FIELDS
 from domain.todo import (
-    DONE, FAILED, DelayElapsed, LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed,
-    TodoMoved, TodoOpened, TodoReleased, TodoRequeued, state_after,
+    DelayElapsed, LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed,
+    TodoMoved, TodoOpened, TodoReleased, TodoRequeued, is_live_state, state_after,
 )
 from projections.base import Op, micros
 
@@ -64,7 +64,7 @@ class PayloadHolders:
             case TodoCompleted() | TodoFailed() | TodoDiscarded() | LeaseExpired() | TodoReleased() | TodoRequeued():
                 todo = format_id(TODO_PREFIX, event.originator_id)
                 state, dead_letter = state_after(event)
-                finished = state == DONE or (state == FAILED and dead_letter)
+                finished = not is_live_state(state, dead_letter)
                 ops.append((_HOLDER, (todo, micros(event.timestamp) if finished else None)))
                 ref = getattr(event, "result_ref", None)
                 if ref is not None:

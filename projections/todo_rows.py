@@ -6,7 +6,7 @@ from domain.events import DomainEvent
 from domain.names import TODO_PREFIX, format_id
 from domain.todo import (
     DelayElapsed, LeaseExpired, LeaseRenewed, TodoClaimed, TodoCompleted, TodoDiscarded, TodoFailed, TodoMoved, TodoOpened,
-    TodoReleased, TodoRequeued,
+    PENDING, TodoReleased, TodoRequeued, state_after,
 )
 from projections.base import Op, micros
 
@@ -43,7 +43,7 @@ class TodoRows:
                 return [(
                     f"INSERT INTO sb_todo_rows ({', '.join(COLUMNS)}) VALUES ({', '.join(['%s'] * len(COLUMNS))})",
                     (todo_id, event.endpoint_id, event.queue, event.source, event.kind, event.title,
-                     "pending", event.trust_mode, None, 0, None, None, 0, at, at, event.payload_size,
+                     PENDING, event.trust_mode, None, 0, None, None, 0, at, at, event.payload_size,
                      position or 0),
                 )]
             case TodoClaimed():
@@ -73,7 +73,7 @@ class TodoRows:
                 return [(
                     "UPDATE sb_todo_rows SET state = %s, owner = NULL, lease_expires_at = NULL,"
                     f" dead_letter = %s, {_STAMP} WHERE todo_id = %s",
-                    ("failed" if event.dead_letter else "pending", int(event.dead_letter), *stamp),
+                    (*_after(event), *stamp),
                 )]
             case TodoMoved():
                 return [(f"UPDATE sb_todo_rows SET queue = %s, {_STAMP} WHERE todo_id = %s", (event.queue, *stamp))]
@@ -92,3 +92,9 @@ class TodoRows:
                     (int(event.fresh_budget), *stamp),
                 )]
         return []
+
+
+def _after(event: DomainEvent) -> tuple[str, int]:
+    """The state and dead-letter flag (as the row stores it) the lifecycle gives after `event`."""
+    state, dead_letter = state_after(event)
+    return state, int(dead_letter)

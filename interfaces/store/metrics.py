@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from domain.todo import STATES
+from domain.todo import PENDING, STATES
 from interfaces.store.database import Database
 from interfaces.store.projector import Projector
 from interfaces.store.views import queue_counts_sql
@@ -53,7 +53,7 @@ class SqlMetrics:
             todos[(queue, state)] = todos.get((queue, state), 0) + count
             if dead_letter:
                 dead[queue] = dead.get(queue, 0) + count
-            if state == "pending":
+            if state == PENDING:
                 oldest[queue] = min(created_at, oldest.get(queue, created_at))
         counters: dict[str, dict[tuple[str, str], int]] = {}
         for metric, a, b, total in counted:

@@ -8,7 +8,7 @@ import hashlib
 import json
 from typing import Any
 
-from domain.ingest import read_payload
+from domain.bodies import read_payload
 from domain.payloads import canonical_json
 from interfaces.store.blobs import unpack
 from tests.contract.harness import CLI, agent, mixed_workload, unique

@@ -19,7 +19,7 @@ from application.service import Caller
 from application.ingest import INLINE_BODY
 from application.webhooks import DEFAULT_REPLAY_LAST
 from domain.errors import NotFound
-from domain.ingest import SignatureRefused
+from domain.signatures import SignatureRefused
 from domain.routing import Faulted
 from domain.webhook import Webhook
 from tests.fixtures import fixture, sign

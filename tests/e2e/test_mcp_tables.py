@@ -10,7 +10,7 @@ import pytest
 from application.errors import CommitOutcomeUnknown, RetryLimitExceeded, StoreUnavailable
 from domain.endpoint import ALL_VERBS
 from domain.errors import CeilingExceeded, Conflict, Forbidden, ForbiddenSourceType, InvalidArgument, NotFound
-from domain.ingest import SignatureRefused
+from domain.signatures import SignatureRefused
 from domain.rule_set import RuleError
 from interfaces.mcp.errors import INTERNAL_MESSAGE, tool_error
 from interfaces.mcp.wire import transport_security

@@ -189,7 +189,12 @@ def test_a_commit_from_the_event_loop_whose_answer_is_lost_is_answered_as_stored
     (docs/adr/0034); its lost answer is looked for as the writer thread's is."""
     pid = loop_session(outage)
     deliver_with_its_answer_lost(outage, "lost-on-the-loop")
-    assert outage.stored("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)) == 0  # it was the loop's
+    # it was the loop's session that lost its answer: its backend ends once it reads the cut
+    # connection, which under load (CI: the whole suite on 2 cores) can take a moment
+    deadline = time.monotonic() + 10
+    while outage.stored("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert outage.stored("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)) == 0
 
 
 def loop_session(outage: Outage) -> int:

@@ -6,7 +6,7 @@ import pytest
 
 from application.errors import RetryLimitExceeded
 from domain.errors import CeilingExceeded, Conflict, Forbidden, ForbiddenSourceType, InvalidArgument, NotFound
-from domain.ingest import SignatureRefused
+from domain.signatures import SignatureRefused
 from domain.rule_set import RuleError
 from interfaces.cli.main import EXIT_REFUSED, main
 from interfaces.http.errors import STATUS_BY_CODE, domain_error_handler

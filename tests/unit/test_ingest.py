@@ -13,22 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from domain.errors import DomainError
-from domain.ingest import (
-    _json, _printable,
-    CAIRN_WINDOW,
-    REDACTED,
-    SIGNED_SOURCES,
-    SOURCE_TYPES,
-    SignatureRefused,
-    delivery_id,
-    delivery_kind,
-    derive_title,
-    new_signing_secret,
-    parse_payload,
-    redact_headers,
-    trust_of,
-    verify_signature,
+from domain.bodies import parse_payload, strict_json
+from domain.ingest import delivery_id, delivery_kind, redact_headers
+from domain.names import REDACTED, SOURCE_TYPES
+from domain.signatures import (
+    CAIRN_WINDOW, SIGNED_SOURCES, SignatureRefused, new_signing_secret, trust_of, verify_signature,
 )
+from domain.titles import _printable, derive_title
 from domain.todo_fields import TITLE_MAX_CHARS, one_line_title
 from tests.fixtures import cairn_event, fixture, fixture_json, hmac_hex, sign
 
@@ -859,7 +850,7 @@ def test_a_title_of_nothing_but_control_characters_still_says_something(
 
 def _reference_json(text: bytes | str) -> object | None:
     """The payload as the standard library alone reads it (the parse before msgspec went first)."""
-    from domain.ingest import _is_unicode, _may_hold_surrogate, _refuse_constant
+    from domain.bodies import _is_unicode, _may_hold_surrogate, _refuse_constant
     try:
         if isinstance(text, bytes):
             text = text.decode(json.detect_encoding(text), "surrogatepass")
@@ -880,12 +871,12 @@ ODD_DOCUMENTS = [
 
 @pytest.mark.parametrize("document", ODD_DOCUMENTS, ids=range(len(ODD_DOCUMENTS)))
 def test_an_odd_document_parses_as_the_standard_library_reads_it(document: bytes) -> None:
-    assert repr(_json(document)) == repr(_reference_json(document))
+    assert repr(strict_json(document)) == repr(_reference_json(document))
     try:
         text = document.decode("utf-8", "surrogatepass")  # as the `payload` field of a form body
     except UnicodeDecodeError:
         return
-    assert repr(_json(text)) == repr(_reference_json(text))
+    assert repr(strict_json(text)) == repr(_reference_json(text))
 
 
 JSON_VALUES = st.recursive(
@@ -899,7 +890,7 @@ JSON_VALUES = st.recursive(
 @given(JSON_VALUES, st.booleans())
 def test_any_document_parses_as_the_standard_library_reads_it(value: object, ascii_only: bool) -> None:
     document = json.dumps(value, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
-    assert repr(_json(document)) == repr(_reference_json(document))
+    assert repr(strict_json(document)) == repr(_reference_json(document))
 
 
 def test_a_title_loses_exactly_the_control_characters_and_lone_surrogates() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from application.errors import ConfigurationError
 from domain.errors import Conflict, InvalidArgument
-from domain.ingest import SignatureRefused, check_single_signatures
+from domain.signatures import SignatureRefused, check_single_signatures
 from domain.installation import BaseUrlRecorded, Installation
 from domain.operator import Operator, OperatorPasswordReset
 from domain.webhook import Webhook, WebhookSecretResealed
