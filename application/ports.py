@@ -122,6 +122,9 @@ class Views(Protocol):
 
     def dead_letter_ids(self, endpoint_id: str, queue: str | None) -> list[str]: ...
 
+    def waiting(self, endpoint_id: str, queue: str, now: datetime, limit: int) -> tuple[int, list[dict[str, Any]]]: ...
+    """How many todos of the queue are claimable now, and the oldest `limit` of them ({id, title, created_at})."""
+
     def fault_traces(self, todo_ids: Sequence[str], endpoint_ids: Sequence[str] | None,
                      ) -> dict[str, dict[str, Any]]: ...
 

@@ -15,7 +15,7 @@ from application.ports import EventStore, Recorded, Views
 from application.presenters import ceiling, shown
 from domain.delivery import DELIVERY_PREFIX, Delivery
 from domain.endpoint import Endpoint, endpoint_uuid_of
-from domain.errors import Forbidden, InvalidArgument
+from domain.errors import Forbidden, InvalidArgument, NotFound
 from domain.names import QUARANTINE, check_queue_name, parse_id
 from domain.payloads import PAYLOAD_FIELDS
 from domain.queue import NO_CONTROLS, Refusal, admission
@@ -147,6 +147,18 @@ class Queries:
         if last is not None:
             answer["next_cursor"] = f"{last[0]}.{last[1]}"
         return answer
+
+    def queue_waiting(self, queue: str, *, caller: Caller, now: datetime, limit: int = 10) -> dict[str, Any]:
+        """`{queue, pending, oldest}`: how many todos of one of the agent's queues are claimable now,
+        and the oldest `limit` ({id, title, created_at}), claim_next's order (the queue's MCP
+        resource). A queue outside its scope is `not_found`, like one that does not exist."""
+        if caller.kind != "endpoint":
+            raise Forbidden("queue resources are for agents")
+        own = self.access.endpoint(caller.name, caller)
+        if queue not in own.queues or queue == QUARANTINE:
+            raise NotFound(f"queue {queue} not found")
+        pending, oldest = self.views.waiting(own.endpoint_id, queue, now, limit)
+        return {"queue": queue, "pending": pending, "oldest": oldest}
 
     def todo_counts(self, *, caller: Caller, endpoint: str | None = None) -> list[dict[str, Any]]:
         """How many todos per queue and state (dead letters apart) an operator has, with the oldest pending."""

@@ -241,6 +241,10 @@ class Switchboard:
     def todo_counts(self, *, caller: Caller, endpoint: str | None = None) -> list[dict[str, Any]]:
         return self.queries.todo_counts(caller=caller, endpoint=endpoint)
 
+    def queue_waiting(self, queue: str, *, caller: Caller) -> dict[str, Any]:
+        """What is claimable now in one of the agent's queues (its MCP resource), by this application's clock."""
+        return self.queries.queue_waiting(queue, caller=caller, now=self.clock.now())
+
     def fault_traces(self, todo_ids: Sequence[str], *, caller: Caller) -> dict[str, dict[str, Any]]:
         return self.queries.fault_traces(todo_ids, caller=caller)
 

@@ -7,14 +7,17 @@ whichever process (a server, the CLI) wrote it. The doorbell scans it for rings 
 endpoints it holds sessions of — when a local commit or a PostgreSQL NOTIFY says a ring may be due
 (a todo became claimable, a queue's controls changed, or a claim ended while a queue was held), at
 once again while a scan finds a full page of due rings, and at least every POLL seconds — takes each ring once across processes (`sb_rings`, the primary key decides),
-and pushes `notifications/claude/channel` to one session, rotating between the endpoint's
-sessions. A process holding no deliverable session of an endpoint takes none of its rings, so
-the process that does rings it. See docs/adr/0011-doorbell.md.
+and rings one target, rotating between the endpoint's targets: a handshake session gets
+`notifications/claude/channel`, a stateless-era listen stream `notifications/resources/updated`
+for the queue's resource (interfaces/mcp/listeners.py, docs/adr/0041). A process holding no
+deliverable target of an endpoint takes none of its rings, so the process that does rings it.
+See docs/adr/0011-doorbell.md.
 
 Queue controls (docs/adr/0025-queue-admission.md): a ring of a queue that cannot admit a claim
 now (paused, at max_in_flight, at its rate) is not taken; when such a queue can admit again, its
 oldest waiting todo is rung (once across processes, like any ring). A session that opens its GET
-stream is rung at once for the oldest claimable todo of its queues that can admit (ring on attach).
+stream, or a listen stream that opens, is rung at once for the oldest claimable todo of its queues
+that can admit (ring on attach).
 """
 
 from __future__ import annotations
@@ -33,14 +36,14 @@ import anyio.to_thread
 from application.background import OutageLog
 from application.errors import StoreUnavailable, first_line
 from application.ports import Clock
-from domain.doorbell import FREED, RING, RING_GRACE, ring_message
-from interfaces.mcp.sessions import LiveSession, SessionRegistry
+from domain.doorbell import FREED, RING, RING_GRACE
+from interfaces.mcp.sessions import CHANNEL, RingTarget, SessionRegistry
 from interfaces.store.queues import QueueKey, SqlQueueLoad
 from interfaces.store.rings import DUE_PER_SCAN, DueRing, SqlRings
 
 log = logging.getLogger("switchboard.doorbell")
 
-CHANNEL = "notifications/claude/channel"
+__all__ = ["CHANNEL", "Doorbell"]
 POLL = 0.5
 """Longest wait between two scans: bounds how late a todo written by a process that cannot wake
 this one (SQLite) is rung."""
@@ -74,7 +77,7 @@ class Doorbell:
         """Reads which queues cannot admit a claim (None: queue controls are not looked at)."""
         self._blocked: set[QueueKey] = set()
         """Queues of this process's endpoints that could not admit at the last scan."""
-        self._attached: list[tuple[LiveSession, float]] = []
+        self._attached: list[tuple[RingTarget, float]] = []
         """Sessions whose GET stream opened and that are not rung yet (ring on attach), each with
         the monotonic time after which it is no longer tried (its handle may come a moment later)."""
         self.clock = clock
@@ -96,9 +99,14 @@ class Doorbell:
         oldest claimable todo of its queues that can admit."""
         session = self.registry.get(session_id)
         if session is not None:
-            self._attached.append((session, time.monotonic() + ATTACH_WAIT))
-            if self._event is not None:
-                self._event.set()
+            self.attach(session)
+
+    def attach(self, target: RingTarget) -> None:
+        """A target can be rung from now on (a session's GET stream or a listen stream opened; on
+        the loop): ring it at the next scan for the oldest claimable todo of its queues that can admit."""
+        self._attached.append((target, time.monotonic() + ATTACH_WAIT))
+        if self._event is not None:
+            self._event.set()
 
     def heard(self, news: str | None) -> None:
         """A commit (here or, by NOTIFY, in any process) told the doorbell `news` (domain/doorbell.py
@@ -147,22 +155,22 @@ class Doorbell:
             self._loop = self._event = None
 
     @staticmethod
-    def deliverable(session: LiveSession, queue: str) -> bool:
-        """A session can take a ring: its scope covers the queue and it has an open GET stream
-        (without one the SDK drops every server notification)."""
-        return session.has_stream and session.peer is not None and queue in session.queues
+    def deliverable(session: RingTarget, queue: str) -> bool:
+        """A target can take a ring: it covers the queue (a session its endpoint's scope, a listen
+        stream the queues it listens for) and can be written to now (a session needs an open GET
+        stream: without one the SDK drops every server notification)."""
+        return session.ready and queue in session.queues
 
     async def tick(self, tasks: Any) -> None:
         """One scan: takes every ring due now on this process's endpoints and starts its push."""
-        endpoints = [eid for eid in self.registry.endpoints()
-                     if any(s.has_stream and s.peer is not None for s in self.registry.of_endpoint(eid))]
+        endpoints = [eid for eid in self.registry.endpoints() if any(s.ready for s in self.registry.of_endpoint(eid))]
         now = self.clock.now()
         self._forget(now)
         if not endpoints:  # attached sessions without a handle yet wait for the next scan
             self._attached = [(s, until) for s, until in self._attached if time.monotonic() < until]
             return
         refused = await anyio.to_thread.run_sync(self.queues.refusals, endpoints, now) if self.queues else {}
-        ours: list[tuple[DueRing, list[LiveSession]]] = []
+        ours: list[tuple[DueRing, list[RingTarget]]] = []
         due = await anyio.to_thread.run_sync(self.rings.due, endpoints, now)
         if len(due) >= DUE_PER_SCAN and self._event is not None:
             self._event.set()  # a backlog: scan again at once, not at the next commit or poll
@@ -185,11 +193,11 @@ class Doorbell:
             self._pruned = time.monotonic()
             await anyio.to_thread.run_sync(self.rings.prune, now)
 
-    async def _admitting_again(self, refused: set[QueueKey], now: datetime) -> list[tuple[DueRing, list[LiveSession]]]:
+    async def _admitting_again(self, refused: set[QueueKey], now: datetime) -> list[tuple[DueRing, list[RingTarget]]]:
         """The rings of the oldest waiting todo of each queue that could not admit at the last scan
         and can now."""
         again, self._blocked = self._blocked - refused, refused
-        rings: list[tuple[DueRing, list[LiveSession]]] = []
+        rings: list[tuple[DueRing, list[RingTarget]]] = []
         for endpoint_id, queue in sorted(again):
             sessions = [s for s in self.registry.of_endpoint(endpoint_id) if self.deliverable(s, queue)]
             if not sessions or self.queues is None:
@@ -206,9 +214,9 @@ class Doorbell:
         todo is being rung by this scan anyway; its ring 0 is then not sent by this process."""
         attached, self._attached = self._attached, []
         for session, until in attached:
-            if self.registry.get(session.session_id) is not session or not session.has_stream:
+            if not self.registry.holds(session) or not session.has_stream:
                 continue
-            if session.peer is None:  # no handle on its connection yet: look again at the next scan
+            if not session.ready:  # no handle on its connection yet: look again at the next scan
                 if time.monotonic() < until:
                     self._attached.append((session, until))
                 continue
@@ -222,8 +230,9 @@ class Doorbell:
                 self._decided[waiting.key] = now + 2 * RING_GRACE
                 tasks.start_soon(self._push, [session], waiting)
 
-    def _rotate(self, endpoint_id: str, sessions: Sequence[LiveSession]) -> list[LiveSession]:
-        """The endpoint's sessions starting with the next one in turn (round robin per endpoint)."""
+    def _rotate(self, endpoint_id: str, sessions: Sequence[RingTarget]) -> list[RingTarget]:
+        """The endpoint's targets starting with the next one in turn (round robin per endpoint,
+        handshake sessions and listen streams alike)."""
         turn = self._turns.get(endpoint_id, 0)
         self._turns[endpoint_id] = turn + 1
         first = turn % len(sessions)
@@ -236,7 +245,7 @@ class Doorbell:
         for key in [k for k, until in self._decided.items() if until <= now]:
             del self._decided[key]
 
-    async def _push(self, sessions: Sequence[LiveSession], ring: DueRing) -> None:
+    async def _push(self, sessions: Sequence[RingTarget], ring: DueRing) -> None:
         """Pushes one ring to the first session that takes it within the timeout. It runs in the
         doorbell's task group: nothing it raises may end the doorbell (and the gateway with it)."""
         try:
@@ -244,12 +253,11 @@ class Doorbell:
         except Exception:
             log.exception("ring %d of todo %s failed", ring.ring_no, ring.todo_id)
 
-    async def _push_to_one(self, sessions: Sequence[LiveSession], ring: DueRing) -> None:
-        params = ring_message(ring.todo_id, ring.queue, ring.title, ring.kind, ring.source)
+    async def _push_to_one(self, sessions: Sequence[RingTarget], ring: DueRing) -> None:
         for session in sessions:
             with anyio.move_on_after(self.push_timeout):
                 try:
-                    if await session.notify(CHANNEL, params):
+                    if await session.ring(ring):
                         return
                 except Exception as error:  # the session ended meanwhile: try the next one
                     log.debug("ring of %s to session %s failed: %s", ring.todo_id, session.session_id[:8], error)

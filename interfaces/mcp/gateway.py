@@ -37,6 +37,7 @@ from domain.errors import DomainError
 from interfaces.asgi_body import BodyTooLarge
 from interfaces.json_depth import TOO_DEEP, json_too_deep
 from interfaces.mcp.doorbell import Doorbell
+from interfaces.mcp.listeners import Listens
 from interfaces.mcp.modern import Era, ModernEra, WrongEra, era_of, refuse_era
 from interfaces.mcp.plain_calls import MAX_REMEMBERED, PlainCall, PlainCalls
 from interfaces.mcp.revocations import REVOCATION_SWEEP_SECONDS, RevocationSweep
@@ -67,7 +68,10 @@ class McpGateway:
         self.registry = SessionRegistry()
         self.doorbell = doorbell(self.registry) if doorbell is not None else None
         self.threads = ThreadPoolExecutor(max_workers=MCP_THREADS, thread_name_prefix="switchboard-mcp")
-        self.server = build_server(services, self.registry, self.threads)
+        self.listens = Listens(self.registry)
+        if self.doorbell is not None:
+            self.listens.attached = self.doorbell.attach  # a listen stream is rung on attach
+        self.server = build_server(services, self.registry, self.threads, self.listens)
         self.manager = SessionManager(
             self.server, registry=self.registry, security_settings=transport_security(base_url),
             max_request_body_size=MAX_BODY, json_response=True,

@@ -1,4 +1,6 @@
-"""The MCP server: `initialize` identity, `tools/list` per endpoint, `tools/call` through the verb table.
+"""The MCP server: `initialize` identity, `tools/list` per endpoint, `tools/call` through the verb
+table, the endpoint's queues as resources (`resources/list`, `resources/read`) and, in the
+stateless era, `subscriptions/listen` for them (the doorbell there: interfaces/mcp/listeners.py).
 
 One low-level SDK `Server` serves every endpoint. Who calls is not part of the MCP session: the
 gateway authenticates each HTTP request and puts the endpoint and its scoped `Caller` in the ASGI
@@ -20,10 +22,13 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.models import InitializationOptions
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from application.service import Caller
 from domain.endpoint import Endpoint
 from interfaces.mcp.errors import tool_error
+from interfaces.mcp.listeners import Listens
+from interfaces.mcp.resources import list_queues, read_queue
 from interfaces.mcp.sessions import SessionRegistry
 from interfaces.mcp.tools import INPUT_SCHEMAS, VERBS, Services, parse_arguments
 from interfaces.version import VERSION
@@ -40,7 +45,9 @@ INSTRUCTIONS = (
     "call claim_next to take "
     "the oldest available todo ({empty: true} means there is none), call it when you start and again "
     "after each todo you finish, heartbeat while you work past the lease, then complete or fail the "
-    "todo (or release it to give it back). Errors read '<code>: <message>'."
+    "todo (or release it to give it back). Errors read '<code>: <message>'. Without a session (protocol "
+    "2026-07-28) the doorbell is notifications/resources/updated for a switchboard://queues/<queue> resource "
+    "on a subscriptions/listen stream: the same hint, the same answer (claim_next)."
 )
 
 
@@ -53,7 +60,24 @@ class Principal:
 
 
 class SwitchboardServer(Server[Any]):
-    """Advertises `capabilities.experimental["claude/channel"]`, which the SDK has no setting for."""
+    """Advertises `capabilities.experimental["claude/channel"]` in the handshake era, which the SDK
+    has no setting for, and in the stateless era only what a listen stream delivers."""
+
+    def get_capabilities(self, notification_options: NotificationOptions | None = None,
+                         experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+                         extensions: dict[str, dict[str, Any]] | None = None, *,
+                         protocol_version: str | None = None) -> types.ServerCapabilities:
+        """In the stateless era the SDK says every list may change once `subscriptions/listen` is
+        served; a listen stream here announces queue resources being updated (the doorbell) and
+        nothing else: resources `subscribe`, no `listChanged` anywhere."""
+        capabilities = super().get_capabilities(notification_options, experimental_capabilities, extensions,
+                                                protocol_version=protocol_version)
+        if protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return capabilities
+        return capabilities.model_copy(update={
+            "tools": types.ToolsCapability(list_changed=False),
+            "resources": types.ResourcesCapability(subscribe=True, list_changed=False),
+        })
 
     def create_initialization_options(
         self,
@@ -127,8 +151,10 @@ async def run_tool(services: Services, threads: Executor, principal: Principal, 
         threads, partial(call_tool, services, principal, name, arguments))
 
 
-def build_server(services: Services, registry: SessionRegistry, threads: Executor) -> SwitchboardServer:
+def build_server(services: Services, registry: SessionRegistry, threads: Executor,
+                 listens: Listens | None = None) -> SwitchboardServer:
     """The SDK server whose handlers adapt MCP calls to the application (run on `threads`)."""
+    listens = listens if listens is not None else Listens(registry)
 
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> types.ListToolsResult:
         verbs = principal_of(ctx).endpoint.verbs
@@ -141,8 +167,20 @@ def build_server(services: Services, registry: SessionRegistry, threads: Executo
         outcome = await run_tool(services, threads, principal_of(ctx), params.name, params.arguments)
         return outcome.result()
 
+    async def list_resources(ctx: ServerRequestContext[Any, Any], params: Any) -> types.ListResourcesResult:
+        return list_queues(principal_of(ctx).endpoint)
+
+    async def read_resource(ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams,
+                            ) -> types.ReadResourceResult:
+        return await read_queue(services, threads, principal_of(ctx), params.uri)
+
+    async def listen(ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams,
+                     ) -> types.SubscriptionsListenResult:
+        return await listens.listen(ctx, params, principal_of(ctx).endpoint)
+
     server = SwitchboardServer(
         SERVER_NAME, version=VERSION, instructions=INSTRUCTIONS, on_list_tools=list_tools, on_call_tool=call_tool,
+        on_list_resources=list_resources, on_read_resource=read_resource, on_subscriptions_listen=listen,
         # the stateless era checks a call's Mcp-Param-* headers against the tool's schema: from the
         # table, not from a tools/list run for each call
         get_tool_input_schema=INPUT_SCHEMAS.get,

@@ -1,9 +1,11 @@
 """The MCP sessions this process holds, by endpoint, and the SDK session manager that owns them.
 
 The doorbell (interfaces/mcp/doorbell.py) uses the registry to pick one of an endpoint's sessions
-with an open GET stream and push `notifications/claude/channel` to it through `LiveSession.peer`.
-It is confined to the event loop that serves MCP: every change happens there, so it needs no
-lock. Sessions live in this process's memory only (docs/adr/0010-mcp-transport.md).
+with an open GET stream and push `notifications/claude/channel` to it through `LiveSession.peer`,
+or one of its stateless-era listen streams (interfaces/mcp/listeners.py, `Listener`): both kinds
+are an endpoint's doorbell targets, in one list, so they rotate together (docs/adr/0041). The
+registry is confined to the event loop that serves MCP: every change happens there, so it needs
+no lock. Sessions and listeners live in this process's memory only (docs/adr/0010-mcp-transport.md).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 import anyio
 
@@ -23,13 +25,38 @@ from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServ
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from pydantic import BaseModel
 
+from domain.doorbell import ring_message
 from domain.endpoint import Endpoint
+from interfaces.store.rings import DueRing
+
+CHANNEL = "notifications/claude/channel"
+
+
+class RingTarget(Protocol):
+    """What the doorbell rings: a handshake session (`LiveSession`) or a listen stream (`Listener`)."""
+
+    session_id: str
+    endpoint_id: str
+    slug: str
+    queues: tuple[str, ...]
+    transport: ClassVar[str]
+
+    @property
+    def has_stream(self) -> bool: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    async def ring(self, ring: DueRing) -> bool: ...
+
+    def end(self) -> None: ...
 
 
 @dataclass(eq=False)
 class LiveSession:
     """One initialized MCP session of one endpoint."""
 
+    transport: ClassVar[str] = "channel"
     session_id: str
     endpoint_id: str
     slug: str
@@ -44,6 +71,18 @@ class LiveSession:
     @property
     def has_stream(self) -> bool:
         return self.streams > 0
+
+    @property
+    def ready(self) -> bool:
+        """It can take a ring now: an open GET stream and a handle on its connection."""
+        return self.streams > 0 and self.peer is not None
+
+    async def ring(self, ring: DueRing) -> bool:
+        """Pushes one ring as `notifications/claude/channel` (CONTRACT §7)."""
+        return await self.notify(CHANNEL, ring_message(ring.todo_id, ring.queue, ring.title, ring.kind, ring.source))
+
+    def end(self) -> None:
+        """Nothing: the session manager ends a session (`SessionManager.end`)."""
 
     async def notify(self, method: str, params: dict[str, Any]) -> bool:
         """Sends a server notification on this session's standalone stream (its GET stream);
@@ -70,13 +109,29 @@ class SessionRegistry:
 
     def __init__(self) -> None:
         self._sessions: dict[str, LiveSession] = {}
-        self._by_endpoint: dict[str, dict[str, LiveSession]] = {}
+        self._listeners: dict[str, RingTarget] = {}
+        self._by_endpoint: dict[str, dict[str, RingTarget]] = {}
 
     def __len__(self) -> int:
         return len(self._sessions)
 
     def session_ids(self) -> set[str]:
+        """The handshake sessions' ids (the SDK's session table holds the same)."""
         return set(self._sessions)
+
+    def listeners(self) -> list[RingTarget]:
+        """The open listen streams (interfaces/mcp/listeners.py)."""
+        return list(self._listeners.values())
+
+    def listening(self, listener: RingTarget) -> None:
+        """A listen stream opened: one more doorbell target of its endpoint. Its id is never a
+        session id (`get` and the session header never reach it)."""
+        self._listeners[listener.session_id] = listener
+        self._by_endpoint.setdefault(listener.endpoint_id, {})[listener.session_id] = listener
+
+    def holds(self, target: RingTarget) -> bool:
+        """The target is still registered (its session or stream has not ended)."""
+        return self._by_endpoint.get(target.endpoint_id, {}).get(target.session_id) is target
 
     def get(self, session_id: str) -> LiveSession | None:
         return self._sessions.get(session_id)
@@ -88,7 +143,8 @@ class SessionRegistry:
         return session
 
     def closed(self, session_id: str) -> None:
-        session = self._sessions.pop(session_id, None)
+        """A session or a listen stream ended."""
+        session = self._sessions.pop(session_id, None) or self._listeners.pop(session_id, None)
         if session is None:
             return
         of_endpoint = self._by_endpoint.get(session.endpoint_id, {})
@@ -104,8 +160,8 @@ class SessionRegistry:
         if (session := self._sessions.get(session_id)) is not None:
             session.streams = max(0, session.streams - 1)
 
-    def of_endpoint(self, endpoint_id: str) -> list[LiveSession]:
-        """The endpoint's sessions, oldest first."""
+    def of_endpoint(self, endpoint_id: str) -> list[RingTarget]:
+        """The endpoint's sessions and listen streams, oldest first."""
         return list(self._by_endpoint.get(endpoint_id, {}).values())
 
     def endpoints(self) -> dict[str, str]:
@@ -149,11 +205,15 @@ class SessionManager(StreamableHTTPSessionManager):
             self.registry.closed(session_id)
 
     async def end(self, session_id: str) -> None:
-        """Terminates one session: its streams close and its id answers 404 from now on."""
+        """Terminates one session: its streams close and its id answers 404 from now on. A listen
+        stream's id ends that stream (its graceful close)."""
         transport = self._server_instances.get(session_id)
         if transport is not None:
             await self._discard_session(session_id, transport)
         else:
+            for listener in self.registry.listeners():
+                if listener.session_id == session_id:
+                    listener.end()
             self.registry.closed(session_id)
 
     def live_session(self, session_id: str) -> tuple[StreamableHTTPServerTransport, object] | None:
@@ -194,3 +254,5 @@ class SessionManager(StreamableHTTPSessionManager):
     async def end_all(self) -> None:
         for session_id in list(self._server_instances):
             await self.end(session_id)
+        for listener in self.registry.listeners():
+            await self.end(listener.session_id)

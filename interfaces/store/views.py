@@ -138,6 +138,17 @@ class SqlViews:
         """One queue's committed load, read as admission reads it (`SqlQueueLoad.load`)."""
         return SqlQueueLoad(self.db).load(endpoint_id, queue, now)
 
+    def waiting(self, endpoint_id: str, queue: str, now: datetime, limit: int) -> tuple[int, list[dict[str, Any]]]:
+        """From the claimable queue (inline, so as fresh as the doorbell's rings): the todos
+        claim_next could take from this queue now, counted, and the oldest `limit`."""
+        where = ("FROM sb_claimable WHERE endpoint_id = %s AND queue = %s AND available_at IS NOT NULL"
+                 " AND available_at <= %s")
+        args = (endpoint_id, queue, micros(now))
+        count = self.db.query(f"SELECT count(*) {where}", args)[0][0]
+        rows = self.db.query(f"SELECT todo_id, title, created_at {where} ORDER BY created_at, todo_id LIMIT %s",
+                             (*args, limit))
+        return int(count), [{"id": t, "title": title, "created_at": iso(from_micros(at))} for t, title, at in rows]
+
     def dead_letter_ids(self, endpoint_id: str, queue: str | None) -> list[str]:
         """Every dead letter of the endpoint (or of one of its queues), oldest first."""
         where, params = "endpoint_id = %s AND state = 'failed' AND dead_letter = 1", [endpoint_id]
