@@ -3,8 +3,9 @@
 One real `switchboard serve` (SQLite) for the module; every test vends its own endpoints with the
 CLI, so tests do not see each other's todos. The client is `mcp.client.Client` with `mode="auto"`,
 which now lands in the stateless era (docs/adr/0038-both-mcp-eras-on-one-url.md); a test that
-needs a session (the doorbell, the initialize identity) forces `mode="legacy"`, the handshake era
-of docs/adr/0010-mcp-transport.md. tests/e2e/test_mcp_eras.py compares the eras verb by verb.
+needs a session (the channel doorbell, the initialize identity) forces `mode="legacy"`, the
+handshake era of docs/adr/0010-mcp-transport.md; the default mode's doorbell, over
+`subscriptions/listen`, is tests/e2e/test_doorbell_listen.py's. tests/e2e/test_mcp_eras.py compares the eras verb by verb.
 """
 
 from __future__ import annotations

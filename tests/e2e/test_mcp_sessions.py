@@ -121,8 +121,9 @@ def inproc(tmp_path) -> Iterator[InProcess]:
 async def connect(vend: dict[str, Any], listener: ChannelListener, url: str | None = None) -> AsyncIterator[Client]:
     headers = {"Authorization": f"Bearer {vend['credential']}"}
     async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
-        # the doorbell rides a handshake-era session (CONTRACT §7); the default mode now picks the
-        # stateless era (ADR 38), where a server notification outside a request is dropped
+        # the channel doorbell rides a handshake-era session (CONTRACT §7); the default mode picks
+        # the stateless era (ADR 38), where it is rung over subscriptions/listen instead (ADR 41,
+        # tests/e2e/test_doorbell_listen.py)
         async with Client(streamable_http_client(url or vend["mcp_url"], http_client=http),
                           extensions=[listener], mode="legacy") as client:
             yield client

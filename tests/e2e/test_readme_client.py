@@ -3,7 +3,8 @@
 The test takes the first ```python block under "### A Python client" in README.md, puts a vended
 endpoint's `mcp_url` and credential in place of the two placeholders (nothing else changes), and
 runs it as its own process with this interpreter. It must drain the todos already waiting, ring
-and take one that arrives later through a webhook, and leave every one of them done.
+and take one that arrives later through a webhook (rung over its `subscriptions/listen` stream,
+in the SDK's default mode), and leave every one of them done.
 """
 
 from __future__ import annotations
@@ -47,9 +48,20 @@ class Lines:
         threading.Thread(target=lambda: [self._lines.put(line.rstrip("\n")) for line in proc.stdout],
                          daemon=True).start()
 
-    def wait_for(self, pattern: str, timeout: float = 20) -> re.Match[str]:
+    def settle(self, seconds: float) -> int:
+        """Reads every line printed within `seconds`; how many lines have been seen."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                self.seen.append(self._lines.get(timeout=left))
+            except queue.Empty:
+                break
+        return len(self.seen)
+
+    def wait_for(self, pattern: str, timeout: float = 20, after: int = 0) -> re.Match[str]:
+        """The first line from the `after`-th on that matches (waiting for it up to `timeout`)."""
         deadline = time.monotonic() + timeout
-        for line in self.seen:
+        for line in self.seen[after:]:
             if match := re.search(pattern, line):
                 return match
         while time.monotonic() < deadline:
@@ -94,12 +106,12 @@ def test_the_readme_client_drains_the_queue_and_hears_the_doorbell(server, tmp_p
         out = Lines(proc)
         for todo_id in waiting:
             out.wait_for(rf"^working on {todo_id} waiting \d$")
-        time.sleep(0.5)  # drained: the client now waits for the doorbell
+        mark = out.settle(1.0)  # drained (rings of the waiting todos taken too): it waits for the doorbell
         answer = httpx.post(hook["ingest_url"], json={"kind": "later"}, timeout=30)
         assert answer.status_code == 202, answer.text
         later = answer.json()["id"]
-        out.wait_for(rf'^doorbell: switchboard: todo {later} ready on queue "work"')
-        out.wait_for(rf"^working on {later} ")
+        out.wait_for(r"^doorbell: switchboard://queues/work$", after=mark)
+        out.wait_for(rf"^working on {later} ", after=mark)
         for todo_id in (*waiting, later):  # the client completes each one (it keeps running, like an agent)
             deadline = time.monotonic() + 10
             while (state := cli.json("todo", "show", todo_id)["state"]) != "done" and time.monotonic() < deadline:
