@@ -11,6 +11,7 @@ a ManualClock, as in tests/e2e/test_doorbell.py.
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import datetime, timezone
@@ -19,12 +20,15 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import httpx
+import httpx2
 import pytest
 from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from application.service import Caller
 from tests.doubles import ManualClock
+from tests.e2e._ingest import Stack
 from tests.e2e.test_doorbell import streaming
 from tests.e2e.test_mcp import McpStack, agent, call, connect
 from tests.e2e.test_mcp_sessions import ChannelListener, InProcess
@@ -54,6 +58,15 @@ def stack(tmp_path_factory) -> Iterator[McpStack]:
     assert code == 0, stack.server.output()
     assert "Traceback" not in stack.server.stderr(), stack.server.output()
     assert "ASGI callable returned without completing response" not in stack.server.stderr(), stack.server.output()
+
+
+@asynccontextmanager
+async def connect_url(vend: dict[str, Any], url: str) -> AsyncIterator[Client]:
+    """The default-mode client on another server's URL of the same endpoint."""
+    headers = {"Authorization": f"Bearer {vend['credential']}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as client:
+            yield client
 
 
 @asynccontextmanager
@@ -314,3 +327,47 @@ def test_revocation_ends_the_endpoints_listen_streams_with_its_sessions(manual):
             await gone(inproc, vend)
 
     anyio.run(scenario)
+
+
+def test_a_released_todo_rings_a_listener_again_and_a_cli_push_rings_within_a_second(stack):
+    vend = stack.vend(agent("again"), "--queue", "work")
+
+    async def scenario() -> None:
+        async with connect(vend) as client, listening(client, "work") as received:
+            todo_id = await anyio.to_thread.run_sync(lambda: push(stack, vend, "boomerang"))
+            pushed_at = anyio.current_time()
+            await rings(received, total=1, timeout=1.0)  # the CLI is another process
+            assert anyio.current_time() - pushed_at < 1.0
+            await call(client, "claim", id=todo_id)
+            await call(client, "release", id=todo_id)
+            await rings(received, total=2)
+            await anyio.sleep(QUIET)
+            assert received == [uri("work")] * 2
+
+    anyio.run(scenario)
+
+
+@pytest.mark.postgres
+def test_two_servers_on_postgres_ring_listeners_on_either_once_per_todo(pg_url, tmp_path):
+    stack = Stack(pg_url, tmp_path / "pg", secret_key=secrets.token_hex(32)).start()
+    other = stack.another_server("second")
+    try:
+        vend = stack.vend("alpha", ["work"])
+        second_url = f"{other.base}/mcp/{vend['slug']}"
+
+        async def scenario() -> None:
+            async with connect(vend) as on_first, connect_url(vend, second_url) as on_second:
+                async with listening(on_first, "work") as first, listening(on_second, "work") as second:
+                    todos = []
+                    for n in range(4):
+                        pushed = await anyio.to_thread.run_sync(
+                            lambda: stack.cli.json("todo", "push", vend["slug"], f"todo {n}"))
+                        todos.append(pushed["todo"]["id"])
+                        await rings(first, second, total=n + 1, timeout=2.0)
+                    await anyio.sleep(1.0)
+                    assert len(first) + len(second) == 4  # each todo once, across both processes
+
+        anyio.run(scenario)
+    finally:
+        other.stop()
+        stack.close()

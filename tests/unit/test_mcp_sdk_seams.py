@@ -53,6 +53,32 @@ def test_the_server_looks_tool_schemas_up_in_the_verb_table():
     assert server.get_tool_input_schema("drop_tables") is None
 
 
+def test_the_listen_handler_takes_one_listener_as_its_bus_and_can_close_it():
+    """ADR 41: one ListenHandler per listen stream, its bus the stream's Listener (subscribe when
+    the stream opens, before the ack; publish a ring), close() the graceful end."""
+    from mcp.server.subscriptions import ListenHandler, SubscriptionBus
+
+    from interfaces.mcp.listeners import Listener
+
+    assert list(inspect.signature(ListenHandler).parameters) == ["bus", "max_subscriptions", "max_buffered_events"]
+    assert callable(getattr(ListenHandler, "close", None))
+    source = inspect.getsource(ListenHandler.__call__)
+    assert source.index("self._bus.subscribe(") < source.index("SubscriptionsAcknowledgedNotification(")
+    for name in ("publish", "subscribe"):
+        assert callable(getattr(SubscriptionBus, name)) and callable(getattr(Listener, name))
+    assert inspect.iscoroutinefunction(Listener.publish) and inspect.iscoroutinefunction(SubscriptionBus.publish)
+
+
+def test_discover_advertises_what_a_listen_stream_delivers():
+    server = build_server(None, SessionRegistry(), None)  # type: ignore[arg-type]
+    modern = server.get_capabilities(protocol_version="2026-07-28")
+    assert (modern.resources.subscribe, modern.resources.list_changed, modern.tools.list_changed) == (True, False, False)
+    assert modern.experimental is None
+    handshake = server.create_initialization_options().capabilities
+    assert handshake.experimental == {"claude/channel": {}}
+    assert (handshake.resources.subscribe, handshake.resources.list_changed) == (False, False)
+
+
 def _body(method: str, version: object = None, **params: object) -> bytes:
     if version is not None:
         params["_meta"] = {PROTOCOL_VERSION_META_KEY: version}
