@@ -100,6 +100,10 @@ class Handshake:
     challenge: str
 
 
+def _nothing_to_record(_: Any) -> Any:
+    raise RuntimeError("a handshake records nothing: its command is never run")
+
+
 def _delivery_key(webhook_id: str, headers: Mapping[str, str], source_type: str, parsed: object | None,
                   body: bytes) -> str:
     """The idempotency key of a delivery: the webhook, then the sender's delivery id."""
@@ -333,10 +337,6 @@ class Ingest:
             loaded.update(self._load([(OnceKey, once_uuid(t, decision.queue, decision.once_subject))
                                       for t in decision.endpoints], inline))
         return decision
-
-
-def _nothing_to_record(_: Any) -> Any:
-    raise RuntimeError("a handshake records nothing: its command is never run")
 
 
 @dataclass(frozen=True, slots=True)
