@@ -48,7 +48,8 @@ class Hooks:
 
     def _mint(self, source_type: str) -> tuple[str, str | None]:
         token = secrets.token_hex(16)
-        secret = new_signing_secret(secrets.token_bytes(32)) if source_type in SIGNED_SOURCES else None
+        signed = source_type in SIGNED_SOURCES  # Standard Webhooks' secret is base64, the others hex
+        secret = new_signing_secret(secrets.token_bytes(32), source_type) if signed else None
         return token, secret
 
     def _seal(self, secret: str | None) -> str | None:

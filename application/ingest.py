@@ -29,7 +29,7 @@ from domain.envelopes import envelope
 from domain.errors import DomainError, NotFound
 from domain.events import Aggregate
 from domain.idempotency import IdempotencyKey, key_uuid
-from domain.ingest import delivery_id, delivery_kind, redact_headers
+from domain.ingest import BODY_ID_FIELDS, delivery_id, delivery_kind, handshake_challenge, redact_headers
 from domain.names import QUARANTINE, TODO_PREFIX, parse_id
 from domain.once import OnceKey, once_uuid
 from domain.payloads import ref_of
@@ -77,6 +77,7 @@ class Command:
     handler: Callable[[UnitOfWork], tuple[list[dict[str, Any]], bool]]
     hints: dict[UUID, Any]
     done: Callable[[tuple[list[dict[str, Any]], bool]], Ingested]
+    handshake: Handshake | None = None  # then there is nothing to record: the answer is this
 
 
 @dataclass(frozen=True)
@@ -91,10 +92,22 @@ class Ingested:
     repeat: bool = False  # `once` found a live todo for the subject (on some target)
 
 
-def _delivery_key(webhook_id: str, headers: Mapping[str, str], source_type: str, cairn: dict | None,
+@dataclass(frozen=True)
+class Handshake:
+    """A sender's verified handshake (Slack's `url_verification`): answered with its challenge;
+    nothing is routed or stored (docs/adr/0039)."""
+
+    challenge: str
+
+
+def _nothing_to_record(_: Any) -> Any:
+    raise RuntimeError("a handshake records nothing: its command is never run")
+
+
+def _delivery_key(webhook_id: str, headers: Mapping[str, str], source_type: str, parsed: object | None,
                   body: bytes) -> str:
     """The idempotency key of a delivery: the webhook, then the sender's delivery id."""
-    return f"{webhook_id}:{delivery_id(headers, source_type, cairn, body)}"
+    return f"{webhook_id}:{delivery_id(headers, source_type, parsed, body)}"
 
 
 class Ingest:
@@ -164,7 +177,7 @@ class Ingest:
         if shape is not None:
             source_type, webhook_id, targets = shape
             wanted.extend((Endpoint, endpoint_uuid_of(t)) for t in targets[1:])
-            if headers is not None and source_type != "cairn":  # a cairn id is in the verified body
+            if headers is not None and source_type not in BODY_ID_FIELDS:  # those ids are in the body
                 key = _delivery_key(webhook_id, headers, source_type, None, body)
                 wanted.extend((IdempotencyKey, key_uuid(t, key)) for t in targets)
         kept = self._copies.get(webhook_id_) if copies and shape is not None else None
@@ -201,7 +214,7 @@ class Ingest:
         return rule_set
 
     def ingest(self, token: str, headers: Mapping[str, str], body: bytes, *,
-               remote_addr: str | None = None) -> Ingested:
+               remote_addr: str | None = None) -> Ingested | Handshake:
         """Verifies, routes and records one delivery: decided on the copies of its webhook and
         endpoints kept from their last read if there are any, else (or if one has changed since)
         on what a read gives now."""
@@ -213,7 +226,7 @@ class Ingest:
 
     async def ingest_async(self, token: str, headers: Mapping[str, str], body: bytes, *,
                            remote_addr: str | None = None,
-                           offload: Callable[[Callable[[], Any]], Awaitable[Any]]) -> Ingested:
+                           offload: Callable[[Callable[[], Any]], Awaitable[Any]]) -> Ingested | Handshake:
         """`ingest` for a caller on an event loop: the deciding (which may read the store or ask
         the rule engine) runs through `offload`, off the loop; the commit is awaited, so no
         thread waits for the writer's batch."""
@@ -224,6 +237,8 @@ class Ingest:
                     command = self.prepare(token, headers, body, remote_addr, copies=True, inline=True)
             if command is None:
                 command = await offload(partial(self.prepare, token, headers, body, remote_addr, copies=True))
+            if command.handshake is not None:
+                return command.handshake
             return command.done(await self.store.run_async(command.handler, hints=command.hints))
         except StaleCopy:
             self._forget_copies(token)
@@ -235,8 +250,10 @@ class Ingest:
             self._copies.pop(located[0], None)
 
     def _ingest(self, token: str, headers: Mapping[str, str], body: bytes, remote_addr: str | None, *,
-                copies: bool) -> Ingested:
+                copies: bool) -> Ingested | Handshake:
         command = self.prepare(token, headers, body, remote_addr, copies=copies)
+        if command.handshake is not None:
+            return command.handshake
         return command.done(self.store.run(command.handler, hints=command.hints))
 
     def prepare(self, token: str, headers: Mapping[str, str], body: bytes, remote_addr: str | None, *,
@@ -252,6 +269,11 @@ class Ingest:
         with _confirmed_afresh(decided_on):  # a refusal decided on copies is checked on fresh state
             check_single_signatures(webhook.source_type, (name for name, _ in headers.items()))
             received = self._receive(webhook, lowered, body)
+            challenge = handshake_challenge(webhook.source_type, received.payload)
+            if challenge is not None:
+                if decided_on:  # no append checks the copies: a handshake is answered on fresh state
+                    raise StaleCopy("a handshake is answered on what a read gives now")
+                return Command(_nothing_to_record, {}, _nothing_to_record, handshake=Handshake(challenge))
             active = self._active_targets(received, loaded, decided_on, inline)
             decision = self._decide(received, owner, active, loaded, inline)
         recording = Recording(received, owner, decision, decided_on, remote_addr)
@@ -265,14 +287,15 @@ class Ingest:
         now = self.clock.now()
         cairn = verify_signature(webhook.source_type, secret, lowered, body, now)
         trust_mode, verified = trust_of(webhook.source_type)
-        kind = delivery_kind(lowered, cairn)
         content_type = lowered.get("content-type")
         payload, payload_form = parse_payload_form(body, content_type)
+        named_by = cairn if cairn is not None else payload  # cairn's checked body, else the payload
+        kind = delivery_kind(lowered, cairn, webhook.source_type, payload)
         redacted = redact_headers(lowered)
         sender = webhook.trust.actor(webhook.source_type, payload, verified=verified)
         return Received(
             webhook=webhook, body=body, now=now, trust_mode=trust_mode, verified=verified, kind=kind,
-            key=_delivery_key(webhook.webhook_id, lowered, webhook.source_type, cairn, body),
+            key=_delivery_key(webhook.webhook_id, lowered, webhook.source_type, named_by, body),
             content_type=content_type, payload=payload, payload_form=payload_form, redacted=redacted,
             sender=sender,
         )

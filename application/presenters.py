@@ -18,7 +18,7 @@ from domain.todo import MAX_ATTEMPTS, Todo
 from domain.webhook import Webhook
 
 if TYPE_CHECKING:
-    from application.ingest import Ingested
+    from application.ingest import Handshake, Ingested
 
 # Event fields never shown by history or audit export (they stay in the log).
 REDACTED_FIELDS = ("password_hash",)
@@ -205,6 +205,11 @@ def delivery_view(delivery: Delivery, *, body: bytes | None, payload: Any, prune
         "received_at": iso(delivery.received_at),
         **({"payload_pruned": pruned} if pruned is not None else {}),
     }
+
+
+def handshaken(handshake: Handshake) -> dict[str, Any]:
+    """The answer to a sender's verified handshake (Slack's `url_verification`): its challenge alone."""
+    return {"challenge": handshake.challenge}
 
 
 def accepted(ingested: Ingested) -> dict[str, Any]:

@@ -126,7 +126,8 @@ class Rules:
             trust_mode, verified = trust_of(webhook.source_type)
             env = envelope(
                 source=webhook.source_type,
-                kind=delivery_kind(lowered, payload if webhook.source_type == "cairn" and isinstance(payload, dict) else None),
+                kind=delivery_kind(lowered, payload if webhook.source_type == "cairn" and isinstance(payload, dict) else None,
+                                   webhook.source_type, payload),
                 webhook_id=webhook.webhook_id, trust_mode=trust_mode, verified=verified,
                 content_type="application/json", size=len(body), headers=redact_headers(lowered), payload=payload,
             )

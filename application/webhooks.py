@@ -16,7 +16,7 @@ from typing import Any
 from application import presenters as present
 from application.access import Caller
 from application.hooks import Hooks, Minted
-from application.ingest import Ingest
+from application.ingest import Handshake, Ingest, Ingested
 from application.payloads import delivery_payload, pruned_note
 from application.ports import RuleEngine, SecretBox
 from application.rules import DEFAULT_REPLAY_LAST, REPLAY_MAX, Rules
@@ -110,15 +110,16 @@ class Webhooks:
 
     def ingest(self, token: str, headers: Mapping[str, str], body: bytes, *,
                remote_addr: str | None = None) -> dict[str, Any]:
-        """Verifies, routes and records one delivery; returns the 202 body."""
-        return present.accepted(self.intake.ingest(token, headers, body, remote_addr=remote_addr))
+        """Verifies, routes and records one delivery; returns the 202 body (for a sender's handshake,
+        only `{"challenge"}`: nothing was routed or stored)."""
+        return _answer(self.intake.ingest(token, headers, body, remote_addr=remote_addr))
 
     async def ingest_async(self, token: str, headers: Mapping[str, str], body: bytes, *,
                            remote_addr: str | None = None,
                            offload: Callable[[Callable[[], Any]], Awaitable[Any]]) -> dict[str, Any]:
         """`ingest` on an event loop: the blocking steps go through `offload`, the commit is awaited."""
-        return present.accepted(await self.intake.ingest_async(token, headers, body, remote_addr=remote_addr,
-                                                               offload=offload))
+        return _answer(await self.intake.ingest_async(token, headers, body, remote_addr=remote_addr,
+                                                      offload=offload))
 
     # -- deliveries ----------------------------------------------------------------------
 
@@ -140,3 +141,7 @@ class Webhooks:
         if body is None:
             raise Conflict(f"event {event_id}: {pruned_note(pruned)['text']}")
         return body, delivery.content_type
+
+
+def _answer(result: Ingested | Handshake) -> dict[str, Any]:
+    return present.handshaken(result) if isinstance(result, Handshake) else present.accepted(result)

@@ -10,7 +10,7 @@ from uuid import UUID, uuid5
 
 from domain.errors import CeilingExceeded, Conflict, Forbidden, ForbiddenSourceType, InvalidArgument, NotFound
 from domain.events import Aggregate, DomainEvent
-from domain.names import ENDPOINT_PREFIX, SOURCE_TYPES, check_queue_name, format_id, parse_id
+from domain.names import DEFAULT_SOURCE_TYPES, ENDPOINT_PREFIX, SOURCE_TYPES, check_queue_name, format_id, parse_id
 from domain.queue import NO_CONTROLS, UNSET, QueueControls
 from domain.leases import DEFAULT_LEASE, MAX_LEASE, MIN_DEFAULT_LEASE
 
@@ -148,7 +148,7 @@ class Endpoint(Aggregate):
         unknown = [v for v in verbs_t if v not in ALL_VERBS]
         if unknown:
             raise InvalidArgument(f"unknown verbs: {', '.join(unknown)}")
-        types_t = _unique(source_types) if source_types is not None else SOURCE_TYPES
+        types_t = _unique(source_types) if source_types is not None else DEFAULT_SOURCE_TYPES
         unknown = [t for t in types_t if t not in SOURCE_TYPES]
         if unknown:
             raise InvalidArgument(f"unknown source types: {', '.join(unknown)}")

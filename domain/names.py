@@ -9,7 +9,8 @@ from uuid import UUID, SafeUUID
 from domain.errors import InvalidArgument
 
 QUARANTINE = "quarantine"
-SOURCE_TYPES = ("github", "gitea", "cairn", "generic")  # who may send a webhook
+SOURCE_TYPES = ("github", "gitea", "cairn", "generic", "standard", "stripe", "slack")  # who may send a webhook
+DEFAULT_SOURCE_TYPES = ("github", "gitea", "cairn", "generic")  # what an endpoint may create unless vended with more
 REDACTED = "«redacted»"  # what a secret shown to a person reads as
 _QUEUE = re.compile(r"[a-z0-9._-]{1,64}")
 

@@ -1,7 +1,8 @@
 """A todo's one-line title, derived from what arrived (CONTRACT §4 and §6).
 
-Forge events are titled by what they are about (`push to main of acme/api: 3 commits`), cairn
-and generic deliveries by their own title fields, and a body that is not JSON by its size, media
+Forge events are titled by what they are about (`push to main of acme/api: 3 commits`), Stripe
+events by their object (`invoice.paid: in_1Mt…`), Slack events by where they happened
+(`message in C0123: the text`), cairn, Standard Webhooks and generic deliveries by their own title fields, and a body that is not JSON by its size, media
 type and first line. A title never fails on an odd payload and is at most 200 characters.
 """
 
@@ -11,6 +12,7 @@ from domain.todo_fields import one_line_title
 
 GENERIC_TITLE_FIELDS = ("title", "name", "summary", "message")
 CAIRN_TITLE_FIELDS = ("subject", "name", "title")
+STRIPE_ABOUT_FIELDS = ("customer_email", "email", "description", "name")
 NOT_JSON_PREVIEW_BYTES = 1024  # how much of a body that is not JSON is read for its title
 
 
@@ -27,6 +29,8 @@ def derive_title(source_type: str, kind: str | None, payload: object | None, *, 
         title = _forge_title(kind, payload) if kind else None
     elif source_type == "cairn":
         title = _cairn_title(kind, payload)
+    elif source_type in _SENDER_TITLES:
+        title = _SENDER_TITLES[source_type](kind, payload)
     else:
         title = None
     return one_line_title(_printable(title or _generic_title(kind, payload)))
@@ -174,6 +178,38 @@ def _cairn_title(kind: str | None, payload: object) -> str:
         label = _first_text(payload.get("artifact"), CAIRN_TITLE_FIELDS)
     head = f"cairn {kind or 'event'}"
     return f"{head}: {label}" if label else head
+
+
+def _stripe_title(kind: str | None, payload: object) -> str | None:
+    """`invoice.paid: in_1MtHbE (billing@example.com)`: the event type, its object's id and who or what."""
+    obj = _dig(payload, "data", "object")
+    if not isinstance(obj, dict):
+        return None
+    about = _first_text(obj, STRIPE_ABOUT_FIELDS)
+    return _headed(kind or "stripe event", _text(obj.get("id")), f"({about})" if about else None)
+
+
+def _slack_title(kind: str | None, payload: object) -> str | None:
+    """`message in C0123: the text`, `reaction_added in C0123: thumbsup`, `app_home_opened by U0456`."""
+    event = _dig(payload, "event")
+    if not isinstance(event, dict):
+        return None
+    head = _text(event.get("type")) or kind or "slack event"
+    channel = _text(event.get("channel")) or _text(_dig(event, "item", "channel"))
+    where = f"{head} in {channel}" if channel else head
+    if not channel and (user := _text(event.get("user"))):
+        where = f"{head} by {user}"
+    return _headed(where, _text(event.get("text")) or _text(event.get("reaction")))
+
+
+def _standard_title(kind: str | None, payload: object) -> str | None:
+    """`invoice.created: Monthly plan`: the `type` and a title field of the payload or of its `data`."""
+    data = _dig(payload, "data")
+    label = _first_text(payload, GENERIC_TITLE_FIELDS) or _first_text(data, (*GENERIC_TITLE_FIELDS, "id"))
+    return _headed(kind or "webhook", label) if label else None
+
+
+_SENDER_TITLES = {"stripe": _stripe_title, "slack": _slack_title, "standard": _standard_title}
 
 
 def _generic_title(kind: str | None, payload: object) -> str:

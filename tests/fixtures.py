@@ -5,6 +5,7 @@ Shared by the ingest unit tests and the HTTP end-to-end tests.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -39,8 +40,22 @@ def hmac_hex(secret: str, body: bytes) -> str:
     return hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
-def sign(source_type: str, secret: str, body: bytes, *, event_id: str | None = None) -> dict[str, str]:
-    """The signature headers (lower-cased names) a sender of this source type attaches."""
+def sign(source_type: str, secret: str, body: bytes, *, event_id: str | None = None,
+         now: datetime | None = None, message_id: str | None = None) -> dict[str, str]:
+    """The signature headers (lower-cased names) a sender of this source type attaches; the
+    timestamped schemes (standard, stripe, slack) sign `now` (default: the wall clock)."""
+    stamp = str(int((now or datetime.now(timezone.utc)).timestamp()))
+    if source_type == "standard":
+        message_id = message_id or "msg_" + hashlib.sha256(body).hexdigest()[:24]
+        key = base64.b64decode(secret.removeprefix("whsec_") + "=" * (-len(secret.removeprefix("whsec_")) % 4))
+        mac = hmac.new(key, f"{message_id}.{stamp}.".encode() + body, hashlib.sha256).digest()
+        return {"webhook-id": message_id, "webhook-timestamp": stamp,
+                "webhook-signature": "v1," + base64.b64encode(mac).decode()}
+    if source_type == "stripe":
+        return {"stripe-signature": f"t={stamp},v1={hmac_hex(secret, f'{stamp}.'.encode() + body)}"}
+    if source_type == "slack":
+        return {"x-slack-request-timestamp": stamp,
+                "x-slack-signature": "v0=" + hmac_hex(secret, f"v0:{stamp}:".encode() + body)}
     digest = hmac_hex(secret, body)
     if source_type == "github":
         return {"x-hub-signature-256": f"sha256={digest}"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from domain.endpoint import parse_lifetime
 from domain.errors import InvalidArgument
+from domain.names import DEFAULT_SOURCE_TYPES, SOURCE_TYPES
 from interfaces.cli.arguments import AddCommand, Parser, Usage
 from interfaces.cli.container import CLI, act, closing, open_container
 from interfaces.cli.output import EXIT_OK, Output, table
@@ -61,7 +62,8 @@ def add_parsers(groups, command: AddCommand) -> None:
     p.add_argument("--queue", action="append", required=True)
     p.add_argument("--verbs")
     p.add_argument("--webhook-max", type=int)
-    p.add_argument("--source-types")
+    p.add_argument("--source-types", help=f"comma list of {','.join(SOURCE_TYPES)}"
+                                           f" (default {','.join(DEFAULT_SOURCE_TYPES)})")
     p.add_argument("--webhook-queue", action="append")
     p.add_argument("--ttl", default="never")
     p.add_argument("--default-lease", type=int)

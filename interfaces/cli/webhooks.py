@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from domain.names import SOURCE_TYPES
 from interfaces.cli.arguments import AddCommand, Parser, Usage
 from interfaces.cli.container import CLI, act
 from interfaces.cli.output import Output, table
@@ -49,7 +50,7 @@ def add_parsers(groups, command: AddCommand) -> None:
     webhook = groups.add_parser("webhook", help="webhooks").add_subparsers(dest="action", required=True, parser_class=Parser)
     p = command(webhook, "create", cmd_webhook_create, "create a webhook (the URL and signing secret are shown once)")
     p.add_argument("--endpoint", required=True)
-    p.add_argument("--source", required=True, metavar="TYPE")
+    p.add_argument("--source", required=True, metavar="TYPE", help=f"the sender: {', '.join(SOURCE_TYPES)}")
     p.add_argument("--queue", required=True)
     p = command(webhook, "list", cmd_webhook_list, "list webhooks (never secrets)")
     p.add_argument("--endpoint")

@@ -4,7 +4,8 @@ A delivery decided on kept copies (docs/adr/0031) is verified, parsed and routed
 loop, and its commit is awaited (docs/adr/0032). Work that would wait (a read of the store, the
 rule engine, a body over 64 KiB to parse) runs on a worker thread instead, never on the loop: a
 plain executor of the app's, not `anyio.to_thread` (80 µs of CPU a call against 26, measured).
-A refusal (429, 413, 404, 401, 503) happens before anything is appended, so it stores nothing.
+A refusal (429, 413, 404, 401, 503) happens before anything is appended, so it stores nothing;
+so does a sender's verified handshake (Slack's `url_verification`), answered 200 `{"challenge"}`.
 
 The handler asks Litestar for the request alone (the token is read from its path parameters),
 reads the body from `receive` itself and answers an `ASGIResponse` of bytes it encoded: no
@@ -64,6 +65,7 @@ def ingest_route(webhooks: Webhooks, buckets: TokenBuckets, executor: Executor):
             raise InternalServerException("client disconnected prematurely")
         answer = await webhooks.ingest_async(request.path_params["token"], request.headers, body,  # lowers the names
                                              remote_addr=client, offload=offload)
-        return ASGIResponse(body=msgspec.json.encode(answer), status_code=202, media_type=MediaType.JSON)
+        status = 200 if "challenge" in answer else 202  # a sender's handshake is answered, not accepted
+        return ASGIResponse(body=msgspec.json.encode(answer), status_code=status, media_type=MediaType.JSON)
 
     return ingest

@@ -129,7 +129,8 @@ class Stack:
     def deliver(self, hook: dict[str, Any], body: bytes, *, event: str | None = None, delivery: str | None = None,
                 headers: dict[str, str] | None = None, secret: str | None = None, url: str | None = None,
                 client: httpx.Client | None = None) -> httpx.Response:
-        """POSTs a body signed the way the hook's source signs it (GitHub/Gitea/Cairn headers)."""
+        """POSTs a body signed the way the hook's source signs it (GitHub, Gitea, Cairn, Standard
+        Webhooks, Stripe or Slack headers; the timestamped ones signed now)."""
         source = hook["source_type"]
         sent = {"content-type": "application/json"}
         if source == "github":
@@ -140,7 +141,8 @@ class Stack:
         elif source == "generic" and delivery:
             sent["x-delivery-id"] = delivery
         if source != "generic":
-            sent |= sign(source, secret or hook["signing_secret"], body)
+            sent |= sign(source, secret or hook["signing_secret"], body,
+                         message_id=delivery if source == "standard" else None)
         sent |= headers or {}
         return (client or self.http).post(url or hook["ingest_url"], content=body, headers=sent)
 

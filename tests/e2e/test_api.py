@@ -734,6 +734,19 @@ def test_create_webhook_refusals(api, change, status, code):
     assert ok(api.get("/webhooks", params={"endpoint": endpoint["slug"]}))["webhooks"] == []
 
 
+def test_webhooks_for_the_new_senders_through_the_api(api):
+    endpoint = vend(api, webhook_max=3, source_types=["standard", "stripe", "slack"])
+    made = {source: webhook(api, endpoint, source) for source in ("standard", "stripe", "slack")}
+    assert {hook["trust_mode"] for hook in made.values()} == {"signed"}
+    assert SIGNING_SECRET.match(made["stripe"]["signing_secret"]) and SIGNING_SECRET.match(made["slack"]["signing_secret"])
+    assert re.fullmatch(r"whsec_[A-Za-z0-9+/]{43}=", made["standard"]["signing_secret"])
+    listing = ok(api.get("/webhooks", params={"endpoint": endpoint["slug"]}))
+    assert listing["ceiling"]["allowed_source_types"] == ["standard", "stripe", "slack"]
+    assert [w["source_type"] for w in listing["webhooks"]] == ["standard", "stripe", "slack"]
+    refused(api.post("/webhooks", {"endpoint": vend(api)["slug"], "source_type": "slack", "target_queue": "inbox"}),
+            403, "forbidden_source_type")
+
+
 def test_webhook_routes_on_unknown_ids_answer_404(api):
     unknown = f"wh_{uuid.uuid4().hex}"
     for method, path, body in (

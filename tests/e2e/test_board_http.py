@@ -485,6 +485,29 @@ def _create_hook(admin: Browser, endpoint: dict, source: str) -> dict:
     return hook
 
 
+def test_the_board_offers_the_new_senders_and_a_stripe_webhook_made_there_takes_signed_deliveries(admin):
+    vend_form = admin.page("/endpoints")
+    for source in ("standard", "stripe", "slack"):  # offered, but not ticked by default (CONTRACT §2's four are)
+        assert re.search(rf'<input id="source-{source}" type="checkbox" name="source_types" value="{source}">', vend_form)
+    assert re.search(r'<input id="source-github" type="checkbox" name="source_types" value="github" checked>', vend_form)
+    answer = admin.post("/endpoints", agent="Payments", queues="inbox", ttl="7d", scope="1",
+                        verbs=["list_todos", "claim_next"], source_types=["stripe", "standard", "slack"])
+    assert answer.status_code == 200, answer.text
+    slug = re.search(r"<h1>Endpoint <code>([a-z0-9-]+)</code> vended</h1>", answer.text).group(1)
+    choices = re.findall(r'<option value="([a-z]+)"', admin.page("/webhooks"))
+    assert {"github", "gitea", "cairn", "generic", "standard", "stripe", "slack"} <= set(choices)
+    hook = _create_hook(admin, {"slug": slug}, "stripe")
+    assert hook["signing_secret"], hook["page"]
+    body = json.dumps({"id": f"evt_{uuid.uuid4().hex}", "type": "charge.succeeded",
+                       "data": {"object": {"id": "ch_3Mt", "description": "Pro plan"}}}).encode()
+    delivered = httpx.post(hook["ingest_url"], content=body, headers={
+        "content-type": "application/json", **sign("stripe", hook["signing_secret"], body)})
+    assert delivered.status_code == 202, delivered.text
+    assert "charge.succeeded: ch_3Mt (Pro plan)" in admin.page(f"/todos?endpoint={slug}")
+    standard = _create_hook(admin, {"slug": slug}, "standard")
+    assert re.search(r'<code id="signing-secret"[^>]*>whsec_[A-Za-z0-9+/]{43}=</code>', standard["page"])
+
+
 def test_creating_and_rotating_a_webhook_shows_its_secrets_once(admin, endpoint):
     hook = _create_hook(admin, endpoint, "github")
     assert hook["signing_secret"] and "will not be shown again" in hook["page"]

@@ -29,6 +29,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from domain.endpoint import ALL_VERBS
+from domain.names import SOURCE_TYPES
 from interfaces.version import VERSION
 from tests.e2e._support import Cli, Server
 from tests.e2e.test_mcp_sessions import ChannelListener
@@ -147,6 +148,7 @@ def test_tools_list_is_exactly_the_endpoint_verbs(stack):
             assert set(schemas["claim_next"]["properties"]) == {"queue", "lease_ttl_seconds", "claimant", "require_fence", "max"}
             assert schemas["list_todos"]["properties"]["limit"]["maximum"] == 200
             assert schemas["create_webhook"]["required"] == ["source_type", "target_queue"]
+            assert schemas["create_webhook"]["properties"]["source_type"]["enum"] == list(SOURCE_TYPES)
             assert schemas["set_default_lease"]["required"] == ["default_lease_ttl_seconds"]
             assert schemas["list_webhooks"]["properties"] == {}
         async with connect(narrow) as client:
@@ -520,6 +522,27 @@ def test_revoke_mid_session(stack):
             # other endpoints are unaffected
             assert await call(other, "claim_next") == {"empty": True}
             assert [t.name for t in (await other.list_tools()).tools] == list(ALL_VERBS)
+
+    anyio.run(scenario)
+
+
+def test_an_agent_creates_webhooks_for_the_new_senders(stack):
+    owner = stack.vend(agent("senders"), "--queue", "work", "--source-types", "standard,stripe,slack")
+
+    async def scenario() -> None:
+        async with connect(owner) as client, httpx.AsyncClient(timeout=10) as http:
+            made = {s: await call(client, "create_webhook", source_type=s, target_queue="work")
+                    for s in ("standard", "stripe", "slack")}
+            assert {h["trust_mode"] for h in made.values()} == {"signed"}
+            assert all(h["signing_secret"].startswith("whsec_") for h in made.values())
+            body = b'{"type":"build.finished","data":{"name":"nightly"}}'
+            delivered = await http.post(made["standard"]["ingest_url"], content=body, headers={
+                "content-type": "application/json", **sign("standard", made["standard"]["signing_secret"], body)})
+            assert delivered.status_code == 202, delivered.text
+            claimed = await call(client, "claim_next", queue="work")
+            assert (claimed["todo"]["kind"], claimed["todo"]["title"]) == ("build.finished", "build.finished: nightly")
+            assert (await refused(client, "create_webhook", source_type="github", target_queue="work")
+                    ).startswith("forbidden_source_type")
 
     anyio.run(scenario)
 

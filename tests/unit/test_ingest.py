@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from domain.errors import DomainError
 from domain.bodies import parse_payload, strict_json
 from domain.ingest import delivery_id, delivery_kind, redact_headers
-from domain.names import REDACTED, SOURCE_TYPES
+from domain.names import DEFAULT_SOURCE_TYPES, REDACTED, SOURCE_TYPES
 from domain.signatures import (
-    CAIRN_WINDOW, SIGNED_SOURCES, SignatureRefused, new_signing_secret, trust_of, verify_signature,
+    CAIRN_WINDOW, SIGNED_SOURCES, TIMESTAMP_WINDOW, SignatureRefused, new_signing_secret, trust_of, verify_signature,
 )
 from domain.titles import _printable, derive_title
 from domain.todo_fields import TITLE_MAX_CHARS, one_line_title
@@ -62,9 +62,10 @@ def test_a_refusal_says_only_signature_verification_failed_and_keeps_its_reason_
 
 
 def test_source_types_are_the_signed_ones_and_generic() -> None:
-    assert SOURCE_TYPES == ("github", "gitea", "cairn", "generic")
-    assert SIGNED_SOURCES == ("github", "gitea", "cairn")
-    assert CAIRN_WINDOW == timedelta(seconds=300)
+    assert SOURCE_TYPES == ("github", "gitea", "cairn", "generic", "standard", "stripe", "slack")
+    assert DEFAULT_SOURCE_TYPES == ("github", "gitea", "cairn", "generic")
+    assert SIGNED_SOURCES == ("github", "gitea", "cairn", "standard", "stripe", "slack")
+    assert CAIRN_WINDOW == TIMESTAMP_WINDOW == timedelta(seconds=300)
 
 
 # --- github -------------------------------------------------------------------------------------
@@ -299,6 +300,7 @@ def test_an_unknown_source_type_is_refused() -> None:
 def test_trust_follows_the_source_type() -> None:
     assert [trust_of(source) for source in SOURCE_TYPES] == [
         ("signed", True), ("signed", True), ("signed", True), ("token", False),
+        ("signed", True), ("signed", True), ("signed", True),
     ]
     assert trust_of("something-else") == ("token", False)
 
@@ -341,7 +343,7 @@ def test_verification_only_ever_answers_none_a_dict_or_a_refusal(source_type, se
 @settings(max_examples=100, deadline=None)
 @given(body=st.binary(max_size=300), source_type=st.sampled_from(SIGNED_SOURCES))
 def test_a_correct_signature_is_accepted_for_any_body_but_cairn_needs_its_fields(body, source_type) -> None:
-    headers = sign(source_type, SECRET, body)
+    headers = sign(source_type, SECRET, body, now=NOW)
     if source_type == "cairn":
         with pytest.raises(SignatureRefused):
             verify_signature(source_type, SECRET, headers, body, NOW)

@@ -3,7 +3,7 @@ one, and whom a github or gitea webhook trusts (its rules: interfaces/http/api/r
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, get, post, put
@@ -12,13 +12,15 @@ from litestar.params import FromPath, FromQuery, JSONBody
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from application.webhooks import Webhooks
+from domain.names import SOURCE_TYPES
 from interfaces.http.api.shared import run
 from interfaces.http.auth import caller_of
 
 
 class WebhookBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     endpoint: str
-    source_type: str
+    source_type: Annotated[str, msgspec.Meta(
+        description=f"the sender, one of {', '.join(SOURCE_TYPES)} (and allowed for the endpoint)")]
     target_queue: str
 
 

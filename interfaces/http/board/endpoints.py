@@ -11,6 +11,7 @@ from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect
 
 from domain.endpoint import ALL_VERBS, DEFAULT_WEBHOOK_MAX, SOURCE_TYPES, check_default_lease
+from domain.names import DEFAULT_SOURCE_TYPES
 from domain.errors import InvalidArgument
 from interfaces.http.auth import caller_of
 from interfaces.http.board import forms
@@ -36,7 +37,7 @@ def endpoints_page(board: Board, request: Request, *, status: int = 200, error: 
         request, "endpoints.html", status=status, section="endpoints", error=error,
         rows=board.app.endpoints_now(caller=caller_of(request)), all_verbs=ALL_VERBS, source_types=SOURCE_TYPES,
         form=form or {}, chosen_verbs=set(forms.every(form, "verbs")) if given else set(ALL_VERBS),
-        chosen_sources=set(forms.every(form, "source_types")) if given else set(SOURCE_TYPES),
+        chosen_sources=set(forms.every(form, "source_types")) if given else set(DEFAULT_SOURCE_TYPES),
         default_webhook_max=DEFAULT_WEBHOOK_MAX,
     )
 
