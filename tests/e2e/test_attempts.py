@@ -119,3 +119,25 @@ def test_a_killed_agent_lease_lapses_and_the_next_claim_resumes_from_its_checkpo
     exported = [json.loads(line) for line in cli.run("audit", "export", env=env).ok().stdout.splitlines()]
     renewed = [e for e in exported if e["type"] == "LeaseRenewed" and e["aggregate"] == todo_id]
     assert renewed and renewed[0]["data"]["checkpoint"] == CHECKPOINT and renewed[0]["hash"]
+
+
+def test_heartbeat_refuses_an_oversized_checkpoint_or_a_stale_fence_over_mcp(stack):
+    server, cli, clock = stack
+    env = {"SWITCHBOARD_BASE_URL": server.base, "SWITCHBOARD_CLOCK_FILE": str(clock.path)}
+    vend = cli.json("endpoint", "vend", agent("limits"), "--queue", "work", env=env)
+    todo_id = cli.json("todo", "push", vend["slug"], "heavy", env=env)["todo"]["id"]
+
+    async def scenario() -> None:
+        async with connect(vend) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert "checkpoint" in tools["heartbeat"].input_schema["properties"]
+            claimed = await call(client, "claim", id=todo_id, require_fence=True)
+            big = await client.call_tool("heartbeat", {"id": todo_id, "lease_token": claimed["lease_token"],
+                                                       "checkpoint": "x" * (64 * 1024)})
+            assert big.is_error and big.content[0].text.startswith("invalid_argument: checkpoint is ")
+            stale = await client.call_tool("heartbeat", {"id": todo_id, "lease_token": "stale", "checkpoint": 1})
+            assert stale.is_error and stale.content[0].text.startswith("conflict: ")
+            now = await call(client, "get_todo", id=todo_id)
+            assert now["lease_expires_at"] == claimed["lease_expires_at"] and now["resume_from"] is None
+
+    anyio.run(scenario)
