@@ -300,7 +300,7 @@ def test_explain_tells_the_story_and_why_the_todo_is_in_its_state(api):
 
     explained = ok(api.get(f"/todos/{row['id']}/explain"))
 
-    assert set(explained) == {"state", "because", "story"}
+    assert set(explained) == {"state", "because", "story", "attempts"}
     assert explained["state"] == "done"
     assert re.fullmatch(r"done: attempt 1 was completed by admin at \S+Z: “fixed”", explained["because"])
     history = ok(api.get(f"/todos/{row['id']}/history"))["events"]
