@@ -2,7 +2,8 @@
 
 `explain` is pure: given the todo's stream, the delivery that opened it (if any), its endpoint's
 stream and `now`, it tells where the todo came from, each attempt (who, when, how it ended, its
-summary) and *because*: why the todo is in its present state now. Loading the events and deciding
+summary, the checkpoints saved and the one a claim resumed from) and *because*: why the todo is in
+its present state now; `attempts` lists them as every full todo does (CONTRACT §18). Loading the events and deciding
 who may read them is the query's business (`Switchboard.explain`); the edges only present it.
 """
 
@@ -13,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from application.ports import Recorded
-from application.presenters import iso
+from application.presenters import attempt_view, iso
 from domain.delivery import DeliveryAccepted, delivery_id_of
 from domain.endpoint import EndpointRevoked, EndpointVended, QueueControlsSet
 from domain.events import SYSTEM, DomainEvent
@@ -154,7 +155,8 @@ def explain(
             case QueueControlsSet(queue=queue) if queue in queues:
                 story.tell(recorded, _controls_text(recorded.event))
     story.lines.sort(key=lambda line: line["position"])
-    return {"state": todo.state, "because": _because(todo, todo_stream, endpoint, now, held), "story": story.lines}
+    return {"state": todo.state, "because": _because(todo, todo_stream, endpoint, now, held), "story": story.lines,
+            "attempts": [attempt_view(todo, a) for a in todo.attempts]}
 
 
 def _controls_text(event: QueueControlsSet) -> str:
@@ -198,14 +200,12 @@ def _tell_todo(story: _Story, stream: Sequence[Recorded], endpoint: dict[str, An
     lease_until: datetime | None = None
     renewals: list[Recorded] = []
 
+    checkpoint: tuple[int, datetime] | None = None  # (attempt, when) of the latest checkpoint
+
     def flush_renewals() -> None:
-        if not renewals:
-            return
-        last = renewals[-1]
-        times = "" if len(renewals) == 1 else f" {len(renewals)} times, last"
-        story.tell(last, f"The lease was extended{times} by {who(last.event.actor)} "
-                         f"to {iso(last.event.lease_expires_at)}.")
-        renewals.clear()
+        if renewals:
+            story.tell(renewals[-1], _renewals_text(renewals))
+            renewals.clear()
 
     def ended(text: str, dead: bool) -> str:
         if dead:
@@ -221,16 +221,12 @@ def _tell_todo(story: _Story, stream: Sequence[Recorded], endpoint: dict[str, An
                 story.tell(recorded, _opened_text(event, endpoint, delivered))
             case TodoClaimed():
                 attempt, seq, holder, lease_until = event.attempt, event.attempt_seq, event.holder, event.lease_expires_at
-                overall = f" (claim {seq} overall)" if seq != attempt else ""
-                claimant = f" as {quoted(event.claimant)}" if event.claimant else ""
-                fenced = ", fenced" if event.fence_hash else ""
-                if event.admitted_under:
-                    fenced += f", admitted under the queue's limits {_limits(event.admitted_under)}"
-                story.tell(recorded, f"Attempt {attempt} of {MAX_ATTEMPTS}{overall} was claimed by "
-                                     f"{who(event.holder)}{claimant}, lease until {iso(event.lease_expires_at)}{fenced}.")
+                story.tell(recorded, _claimed_text(event, checkpoint))
             case LeaseRenewed():
                 lease_until = event.lease_expires_at
                 renewals.append(recorded)
+                if event.checkpoint is not None:
+                    checkpoint = (attempt, event.timestamp)
             case TodoCompleted():
                 result = " with a result" if event.result is not None or event.result_ref is not None else ""
                 story.tell(recorded, f"Attempt {attempt} was completed by {who(event.actor)}{result}{_said(event.summary)}.")
@@ -269,6 +265,28 @@ def _tell_todo(story: _Story, stream: Sequence[Recorded], endpoint: dict[str, An
         if isinstance(event, ENDS_A_CLAIM):
             holder, lease_until = None, None
     flush_renewals()
+
+
+def _claimed_text(event: TodoClaimed, checkpoint: tuple[int, datetime] | None) -> str:
+    """`Attempt 2 of 5 was claimed by …, lease until …; it resumes from the checkpoint attempt 1 saved at …`."""
+    overall = f" (claim {event.attempt_seq} overall)" if event.attempt_seq != event.attempt else ""
+    claimant = f" as {quoted(event.claimant)}" if event.claimant else ""
+    fenced = ", fenced" if event.fence_hash else ""
+    if event.admitted_under:
+        fenced += f", admitted under the queue's limits {_limits(event.admitted_under)}"
+    resumes = (f"; it resumes from the checkpoint attempt {checkpoint[0]} saved at {iso(checkpoint[1])}"
+               if checkpoint is not None else "")
+    return (f"Attempt {event.attempt} of {MAX_ATTEMPTS}{overall} was claimed by {who(event.holder)}{claimant}, "
+            f"lease until {iso(event.lease_expires_at)}{fenced}{resumes}.")
+
+
+def _renewals_text(renewals: Sequence[Recorded]) -> str:
+    """`The lease was extended 3 times, last by … to …, saving 2 checkpoints.`: successive renewals as one."""
+    last = renewals[-1]
+    times = "" if len(renewals) == 1 else f" {len(renewals)} times, last"
+    saved = sum(1 for r in renewals if r.event.checkpoint is not None)
+    saving = "" if not saved else ", saving a checkpoint" if saved == 1 else f", saving {saved} checkpoints"
+    return f"The lease was extended{times} by {who(last.event.actor)} to {iso(last.event.lease_expires_at)}{saving}."
 
 
 def _opened_text(event: TodoOpened, endpoint: dict[str, Any], delivered: tuple[str, str]) -> str:

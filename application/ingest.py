@@ -417,6 +417,7 @@ class Recording:
             source=webhook.source_type, title=self.title, trust_mode=received.trust_mode, payload_ref=self.body_ref,
             payload_form=received.payload_form, payload_bytes=body, payload_size=len(body), kind=received.kind,
             idempotency_key=received.key, routing=decision.trace, delivery_id=self.event_id, cause="ingest",
+            trace_parent=received.redacted.get("traceparent"),  # the delivery's trace is the todo's parent
         )), actor=actor, reuse=once.live if decision.once_subject is not None else None)
         ref = {"id": todo.todo_id, "endpoint_id": target.endpoint_id, "queue": todo.queue, "created": created}
         return ref, once.repeat

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from domain.delivery import Delivery, delivery_id_of
 from domain.endpoint import Endpoint
 from domain.names import QUARANTINE, REDACTED
-from domain.attempts import PRIOR_ATTEMPTS_SHOWN
+from domain.attempts import PRIOR_ATTEMPTS_SHOWN, Attempt
 from domain.todo import MAX_ATTEMPTS, Todo
 from domain.webhook import Webhook
 
@@ -61,10 +61,23 @@ def todo_row(todo: Todo) -> dict[str, Any]:
     )
 
 
+def attempt_view(todo: Todo, attempt: Attempt) -> dict[str, Any]:
+    """One attempt as CONTRACT §18 shows it: `summary` and `checkpoint` only when it has them."""
+    view = {"n": attempt.seq, "claimant": attempt.claimant, "claimed_at": iso(attempt.claimed_at),
+            "ended_at": iso(attempt.ended_at), "outcome": attempt.told}
+    if attempt.summary is not None:
+        view["summary"] = attempt.summary
+    if attempt.checkpoint is not None:
+        view["checkpoint"] = attempt.checkpoint
+    return view | {"traceparent": todo.traceparent_of(attempt)}
+
+
 def todo_full(todo: Todo, *, payload: Any = None, result: Any = None, lease_token: str | None = None) -> dict[str, Any]:
-    """The row plus payload, routing, result and the newest closed attempts (the payload and
-    result as read from the store by application/payloads.py)."""
+    """The row plus payload, routing, result, the newest closed attempts and every attempt, the
+    checkpoint a claim resumes from and the open attempt's `traceparent` (the payload and result
+    as read from the store by application/payloads.py)."""
     closed = [a for a in todo.attempts if a.outcome is not None][-PRIOR_ATTEMPTS_SHOWN:]
+    current = todo.attempts[-1] if todo.attempts and todo.attempts[-1].outcome is None else None
     full = todo_row(todo) | {
         "endpoint_id": todo.endpoint_id,
         "payload": payload,
@@ -79,6 +92,9 @@ def todo_full(todo: Todo, *, payload: Any = None, result: Any = None, lease_toke
             }
             for a in reversed(closed)
         ],
+        "attempts": [attempt_view(todo, a) for a in todo.attempts],
+        "resume_from": todo.resume_from,
+        "traceparent": todo.traceparent_of(current) if current is not None else None,
     }
     if lease_token is not None:
         full["lease_token"] = lease_token

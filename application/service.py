@@ -182,9 +182,10 @@ class Switchboard:
         return present.claimed(full, batch=max_todos is not None, why=why_empty(refused))
 
     def heartbeat(self, todo_id: str, *, caller: Caller, lease_ttl_seconds: float | None = None,
-                  lease_token: str | None = None) -> dict[str, Any]:
+                  lease_token: str | None = None, checkpoint: Any = None) -> dict[str, Any]:
         return present.todo_row(self.todos.heartbeat(
-            todo_id, caller=caller, lease_ttl_seconds=lease_ttl_seconds, lease_token=lease_token))
+            todo_id, caller=caller, lease_ttl_seconds=lease_ttl_seconds, lease_token=lease_token,
+            checkpoint=checkpoint))
 
     def complete(self, todo_id: str, *, caller: Caller, result: Any = None, summary: str | None = None,
                  lease_token: str | None = None) -> dict[str, Any]:

@@ -263,11 +263,11 @@ class Todos:
                     yield todo
 
     def heartbeat(self, todo_id: str, *, caller: Caller, lease_ttl_seconds: float | None = None,
-                  lease_token: str | None = None) -> Todo:
-        """The holder extends its lease to now + ttl."""
+                  lease_token: str | None = None, checkpoint: Any = None) -> Todo:
+        """The holder extends its lease to now + ttl, with a checkpoint the next claim resumes from."""
         return self._act(todo_id, caller, lambda todo, uow, scope: todo.heartbeat(
             now=uow.now, holder=caller.label, fence_token=lease_token,
-            lease=effective_lease(lease_ttl_seconds, scope.default_lease),
+            lease=effective_lease(lease_ttl_seconds, scope.default_lease), checkpoint=checkpoint,
         ))
 
     def complete(self, todo_id: str, *, caller: Caller, result: Any = None, summary: str | None = None,

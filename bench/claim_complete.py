@@ -14,6 +14,9 @@ and dropped at the end, even on failure. Phases, all in one run:
    (the target is on the median). Unless `--batch 0`, each round also runs the batch pair:
    `claim_next(max=B)` + `complete` of each against a raw `FOR UPDATE SKIP LOCKED ... LIMIT B`
    claim + one UPDATE per todo (B = 10 by default).
+   With `--checkpoint`, each round also runs the Switchboard drain with a `heartbeat` carrying a
+   1 KiB checkpoint (CONTRACT §18) before each `complete`, and prints its rate over the same
+   round's plain drain (claim + heartbeat with checkpoint + complete ÷ claim + complete).
    With `--max-in-flight N`, each round also runs the Switchboard drain with the queue's
    `max_in_flight` set to N (queue controls, CONTRACT §13; N high enough not to bind measures
    what admission costs the hot path), against the same round's raw SQL.
@@ -57,6 +60,7 @@ from interfaces.bootstrap import Container, build  # noqa: E402
 from interfaces.settings import Settings  # noqa: E402
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
+CHECKPOINT_1K = {"notes": "x" * (1024 - len('{"notes":""}'))}  # 1024 bytes as compact JSON
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -236,9 +240,10 @@ def push_todos(container: Container, slug: str, count: int, threads: int, start_
 
 
 def drain(container: Container, slug: str, workers: int, profile_dir: str | None = None,
-          batch: int | None = None) -> tuple[float, int, list[BaseException]]:
+          batch: int | None = None, checkpoint: object = None) -> tuple[float, int, list[BaseException]]:
     """W threads loop claim_next + complete until empty (with `batch`: claim_next(max=batch), then
-    complete each); returns (seconds, todos completed, errors)."""
+    complete each; with `checkpoint`: a heartbeat carrying it before each complete); returns
+    (seconds, todos completed, errors)."""
     app = container.app
     caller = app.endpoint_caller(slug)  # authenticated once, as an MCP session is
 
@@ -254,6 +259,8 @@ def drain(container: Container, slug: str, workers: int, profile_dir: str | None
                 if claimed["empty"]:
                     return done
                 for todo in claimed["todos"] if batch else [claimed["todo"]]:
+                    if checkpoint is not None:
+                        app.heartbeat(todo["id"], caller=caller, checkpoint=checkpoint)
                     app.complete(todo["id"], caller=caller)
                     done += 1
         finally:
@@ -376,7 +383,7 @@ class BatchSplit:
 
 def switchboard_round(url: str, todos: int, workers: int, data_dir: str, *, profile_dir: str | None = None,
                       keep: bool = False, batch: int | None = None, max_in_flight: int | None = None,
-                      split: bool = False) -> dict:
+                      split: bool = False, checkpoint: object = None) -> dict:
     container = make_container(url, data_dir)
     try:
         slug = setup_endpoint(container, max_in_flight)
@@ -395,7 +402,7 @@ def switchboard_round(url: str, todos: int, workers: int, data_dir: str, *, prof
         try:
             writer_before = _thread_cpu(container.store.writer._thread)  # 0 if restarted for the profiler
             with CpuMeter(url) as cpu:
-                seconds, done, errors = drain(container, slug, workers, profile_dir, batch=batch)
+                seconds, done, errors = drain(container, slug, workers, profile_dir, batch=batch, checkpoint=checkpoint)
             writer_used = _thread_cpu(container.store.writer._thread) - writer_before
         finally:
             if splitter is not None:
@@ -554,6 +561,8 @@ def main() -> int:
                         help="also a batch pair per round: claim_next(max=B) against SKIP LOCKED LIMIT B (0: none)")
     parser.add_argument("--max-in-flight", type=int, metavar="N",
                         help="each round also drains a queue with max_in_flight N (queue controls)")
+    parser.add_argument("--checkpoint", action="store_true",
+                        help="each round also drains with a heartbeat carrying a 1 KiB checkpoint before each complete")
     parser.add_argument("--skip-sqlite", action="store_true", help="skip the SQLite phases")
     parser.add_argument("--skip-rebuild", action="store_true", help="skip the rebuild phases")
     parser.add_argument("--profile", metavar="DIR", help="cProfile the first Switchboard/PostgreSQL drain into DIR")
@@ -608,6 +617,17 @@ def main() -> int:
             ratio = sb["rate"] / raw["rate"] if raw["rate"] else 0.0
             log(f"[round {r}] ratio switchboard/raw = {ratio:.3f}  (load %.2f)" % os.getloadavg()[0])
             summary["pairs"].append((sb["rate"], raw["rate"], ratio, sb["done"], raw["done"]))
+            if args.checkpoint:  # claim + heartbeat(1 KiB checkpoint) + complete, against the plain drain
+                url = dbs.create(f"sb_checkpoint{r}")
+                ck = switchboard_round(url, args.todos, args.workers, tmp.name, checkpoint=CHECKPOINT_1K)
+                dbs.drop(url)
+                ratio_c = ck["rate"] / sb["rate"] if sb["rate"] else 0.0
+                log(f"[round {r}] with a 1 KiB checkpoint: switchboard/pg {ck['rate']:8.1f} todos/s"
+                    f" ({ck['done']}; errors {len(ck['errors'])}) | with ÷ without {ratio_c:.3f}"
+                    f" | ratio to raw {ck['rate'] / raw['rate'] if raw['rate'] else 0.0:.3f}  (load %.2f)"
+                    % os.getloadavg()[0])
+                log(f"[round {r}] checkpoint cpu: switchboard {ck['cpu']}")
+                summary.setdefault("checkpoint_pairs", []).append((ck["rate"], sb["rate"], ratio_c))
             if args.max_in_flight:
                 url = dbs.create(f"sb_limited{r}")
                 lim = switchboard_round(url, args.todos, args.workers, tmp.name, max_in_flight=args.max_in_flight)
@@ -692,6 +712,11 @@ def main() -> int:
         log(f"max_in_flight {args.max_in_flight}: switchboard/pg median {statistics.median(p[0] for p in limited):8.1f}"
             f" todos/s; ratio to raw median {statistics.median(p[2] for p in limited):.3f}"
             f" (without controls: {statistics.median(ratios):.3f})")
+    if summary.get("checkpoint_pairs"):
+        checked = summary["checkpoint_pairs"]
+        log(f"with a 1 KiB checkpoint heartbeat per todo: switchboard/pg median"
+            f" {statistics.median(p[0] for p in checked):8.1f} todos/s; claim+checkpoint+complete ÷ claim+complete"
+            f" median {statistics.median(p[2] for p in checked):.3f}")
     if summary.get("batch_pairs"):
         batch = summary["batch_pairs"]
         median_b = statistics.median(p[2] for p in batch)

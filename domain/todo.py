@@ -43,8 +43,9 @@ from domain.todo_events import (  # the events, with their lifecycle facts below
     TodoReleased, DelayElapsed, TodoRequeued, TodoMoved, TodoDiscarded,
 )
 from domain.todo_fields import (
-    CLAIMANT_MAX_BYTES, SUMMARY_MAX_BYTES, TRUST_MODES, cut_utf8, one_line_title, result_fields,
+    CLAIMANT_MAX_BYTES, SUMMARY_MAX_BYTES, TRUST_MODES, check_checkpoint, cut_utf8, one_line_title, result_fields,
 )
+from domain.traces import parse_traceparent, span_id_for, trace_id_for, traceparent
 
 MAX_ATTEMPTS = 5
 RETRY_BASE_DELAY = timedelta(seconds=30)
@@ -139,10 +140,12 @@ class Todo(Aggregate):
         payload_ref: dict[str, Any] | None = None,
         payload_form: str = JSON,
         payload_bytes: bytes | None = None,
+        trace_parent: str | None = None,
     ) -> Todo:
         """Opens a pending todo on an endpoint's queue; its payload is named by reference (a JSON
         value is stored as its bytes; a delivery's todo names its delivery's body). With
-        `not_before` in the future it is not claimable (nor rung) until then."""
+        `not_before` in the future it is not claimable (nor rung) until then. Its trace continues
+        the delivery's `traceparent` (`trace_parent`) when valid, else is minted from its id."""
         if trust_mode not in TRUST_MODES:
             raise InvalidArgument(f"unknown trust mode {trust_mode!r}")
         if not_before is not None and not_before <= now:
@@ -158,6 +161,8 @@ class Todo(Aggregate):
             payload_size=payload_size, idempotency_key=idempotency_key,
             routing=routing, delivery_id=delivery_id, not_before=not_before, payload_ref=payload_ref,
             payload_form=payload_form if payload_ref is not None else None, payload_bytes=payload_bytes,
+            trace_id=trace_id_for(id, trace_parent),
+            trace_parent=trace_parent.strip().lower() if parse_traceparent(trace_parent) else None,
         )
         return todo
 
@@ -183,6 +188,10 @@ class Todo(Aggregate):
             self.state == FAILED and not self.dead_letter
             and self.next_retry_at is not None and self.next_retry_at <= now
         )
+
+    def traceparent_of(self, attempt: Attempt) -> str:
+        """The W3C `traceparent` of one of this todo's attempts."""
+        return traceparent(self.trace_id, attempt.span_id or span_id_for(self.id, attempt.seq))
 
     def lease_lapsed(self, now: datetime) -> bool:
         return self.state == CLAIMED and self.lease_expires_at is not None and self.lease_expires_at <= now
@@ -222,16 +231,19 @@ class Todo(Aggregate):
             claimant=cut_utf8(claimant, CLAIMANT_MAX_BYTES), lease_expires_at=now + lease,
             fence_hash=fence_hash(fence_token) if fence_token is not None else None,
             endpoint_id=self.endpoint_id, queue=self.queue, admitted_under=admitted_under,
+            span_id=span_id_for(self.id, self.attempt_seq + 1),
         )
 
     def heartbeat(
-        self, *, now: datetime, holder: str, lease: timedelta, fence_token: str | None = None
+        self, *, now: datetime, holder: str, lease: timedelta, fence_token: str | None = None,
+        checkpoint: Any = None,
     ) -> None:
-        """The holder extends its lease to now + ttl."""
+        """The holder extends its lease to now + ttl, saving a checkpoint (any JSON of at most 64 KiB)
+        when given: the next claim resumes from the latest."""
         self._check_holder(now, holder, fence_token)
         self._record(
             LeaseRenewed, timestamp=now, actor=holder, cause="heartbeat",
-            lease_expires_at=now + lease,
+            lease_expires_at=now + lease, checkpoint=check_checkpoint(checkpoint),
         )
 
     def complete(
@@ -381,6 +393,8 @@ class Todo(Aggregate):
                 self.attempt = 0
                 self.attempt_seq = 0
                 self.attempts: tuple[Attempt, ...] = ()
+                self.trace_id = event.trace_id or self.id.hex
+                self.resume_from: Any = None  # the latest checkpoint (LeaseRenewed), across attempts
                 self.holder = self.claimant = self.fence_hash = None
                 self.lease_expires_at = self.next_retry_at = None
                 self.dead_letter = False
@@ -399,9 +413,13 @@ class Todo(Aggregate):
                 self.next_retry_at = None
                 self.available_at = None
                 self.delayed = False
-                self.attempts = (*self.attempts, Attempt(event.attempt_seq, event.claimant, event.timestamp))
+                self.attempts = (*self.attempts, Attempt(event.attempt_seq, event.claimant, event.timestamp,
+                                                         span_id=event.span_id))
             case LeaseRenewed():
                 self.lease_expires_at = event.lease_expires_at
+                if event.checkpoint is not None:
+                    self.resume_from = event.checkpoint
+                    self.attempts = (*self.attempts[:-1], self.attempts[-1].checkpointed(event.checkpoint))
             case TodoCompleted():
                 self._end_attempt(event.timestamp, "completed", event.summary)
                 self.state = DONE

@@ -36,6 +36,11 @@ class TodoOpened(DomainEvent):
     payload_ref: dict[str, Any] | None = None
     payload_form: str | None = None
     payload_bytes: bytes | None = carried()
+    trace_id: str | None = None
+    """The todo's W3C trace id (docs/adr/0040); None only in todos opened before traces, whose trace
+    id is their own id's hex."""
+    trace_parent: str | None = None
+    """The delivery's own valid `traceparent` header, the parent of the todo's trace (None: none sent)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,11 +57,17 @@ class TodoClaimed(DomainEvent):
     admitted_under: dict[str, Any] | None = None
     """The queue controls this claim was admitted under (`max_in_flight`, `max_claims_per_minute`),
     or None for a queue without controls: the store holds every process to them at commit."""
+    span_id: str | None = None
+    """This attempt's span of the todo's trace (None only in claims recorded before traces: then
+    derived the same way, domain/traces.py)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class LeaseRenewed(DomainEvent):
     lease_expires_at: datetime
+    checkpoint: Any = None
+    """What the holder saved with this heartbeat (any JSON, at most 64 KiB; None: none): the next
+    claim resumes from the todo's latest one."""
 
 
 @dataclass(frozen=True, kw_only=True)

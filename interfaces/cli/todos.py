@@ -113,8 +113,12 @@ def cmd_todo_history(args, out: Output) -> int:
 
 
 def _explain_text(d: dict[str, Any]) -> str:
-    """The because first, then the story, one sentence a line with its time."""
-    return "\n".join([d["because"], ""] + [f"{s['time']}  {s['text']}" for s in d["story"]])
+    """The because first, then the story, one sentence a line with its time, then the attempts."""
+    attempts = [f"  {a['n']:>3}  {a['outcome']:<9} {a['claimed_at']} .. {a['ended_at'] or 'now':<20}  "
+                f"{a['traceparent']}  {a['claimant'] or '-'}{'  (checkpoint)' if 'checkpoint' in a else ''}"
+                for a in d.get("attempts", ())]
+    return "\n".join([d["because"], ""] + [f"{s['time']}  {s['text']}" for s in d["story"]]
+                     + (["", "attempts:"] + attempts if attempts else []))
 
 
 def cmd_todo_explain(args, out: Output) -> int:

@@ -75,6 +75,9 @@ class Heartbeat(Args):
     id: TodoId
     lease_ttl_seconds: LeaseTtl = None
     lease_token: LeaseToken = None
+    checkpoint: Annotated[Any, _doc(
+        "where you are (any JSON, at most 64 KiB encoded): the next claim of this todo returns the latest as"
+        " resume_from")] = None
 
 
 class Finish(Args):
@@ -183,9 +186,10 @@ VERBS: dict[str, Verb] = {v.name: v for v in (
          ListTodos,
          lambda s, c, a: s.app.page_todos(caller=c, state=a.state, queue=a.queue, limit=a.limit, max_limit=200,
                                           cursor=a.cursor)),
-    Verb("get_todo", "One todo in full: payload, routing, result and prior attempts.", GetTodo,
+    Verb("get_todo", "One todo in full: payload, routing, result, prior attempts and every attempt.", GetTodo,
          lambda s, c, a: s.app.get_todo(a.id, caller=c)),
-    Verb("claim", "Claims this todo under a lease (one attempt); returns it in full.", Claim,
+    Verb("claim", "Claims this todo under a lease (one attempt); returns it in full, with resume_from (the latest "
+                  "checkpoint, or null) and the attempt's traceparent.", Claim,
          lambda s, c, a: s.app.claim(a.id, caller=c, lease_ttl_seconds=a.lease_ttl_seconds, claimant=a.claimant,
                                      require_fence=a.require_fence)),
     Verb("claim_next", "Claims the oldest available todo across your queues (or the one given): "
@@ -196,9 +200,10 @@ VERBS: dict[str, Verb] = {v.name: v for v in (
                        "Call this to get work.", ClaimNext,
          lambda s, c, a: s.app.claim_next(caller=c, queue=a.queue, lease_ttl_seconds=a.lease_ttl_seconds,
                                           claimant=a.claimant, require_fence=a.require_fence, max_todos=a.max)),
-    Verb("heartbeat", "Extends the lease you hold to now + ttl.", Heartbeat,
+    Verb("heartbeat", "Extends the lease you hold to now + ttl; with checkpoint, saves where you are (the next "
+                      "claim returns it as resume_from).", Heartbeat,
          lambda s, c, a: s.app.heartbeat(a.id, caller=c, lease_ttl_seconds=a.lease_ttl_seconds,
-                                         lease_token=a.lease_token)),
+                                         lease_token=a.lease_token, checkpoint=a.checkpoint)),
     Verb("complete", "Marks the todo you hold done, with an optional result and summary.", Finish,
          lambda s, c, a: s.app.complete(a.id, caller=c, result=a.result, summary=a.summary, lease_token=a.lease_token)),
     Verb("fail", "Fails the todo you hold; it is retried later with backoff (dead letter after 5 attempts).", Finish,

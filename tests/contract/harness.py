@@ -143,7 +143,7 @@ def mixed_workload(sb: Harness) -> dict[str, str]:
     sb.app.push(alpha["slug"], "keyed again", caller=CLI, key="stable")
 
     sb.app.claim(todos["done"], caller=agent(alpha), require_fence=False)
-    sb.app.heartbeat(todos["done"], caller=agent(alpha), lease_ttl_seconds=999999)
+    sb.app.heartbeat(todos["done"], caller=agent(alpha), lease_ttl_seconds=999999, checkpoint={"step": 1})
     sb.app.complete(todos["done"], caller=agent(alpha), result={"ok": 1}, summary="ok")
     sb.app.claim(todos["retrying"], caller=agent(alpha))
     sb.app.fail(todos["retrying"], caller=agent(alpha))

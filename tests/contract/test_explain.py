@@ -345,3 +345,24 @@ def test_a_delivery_from_an_untrusted_sender_is_held_and_the_because_names_the_s
     opened = texts(explained)[0]
     assert f": sender {sender} is not trusted by {hook['webhook_id']}" in opened
     assert opened.endswith(", so it is held in quarantine.")
+
+
+def test_the_story_names_each_attempt_its_checkpoints_and_the_one_a_claim_resumes_from(sb):
+    vended = sb.vend("worker")
+    todo_id = sb.push(vended)["id"]
+    sb.app.claim(todo_id, caller=agent(vended), lease_ttl_seconds=60, claimant="first")
+    sb.tick(10)
+    saved_at = sb.clock.now().isoformat().replace("+00:00", "Z")
+    sb.app.heartbeat(todo_id, caller=agent(vended), lease_ttl_seconds=60, checkpoint={"step": 2})
+    sb.tick(61)
+    sb.fire_due()
+    sb.app.claim_next(caller=agent(vended), claimant="second")
+
+    explained = sb.app.explain(todo_id, caller=CLI)
+    story = texts(explained)
+    assert story[2].endswith(", saving a checkpoint.")
+    assert story[3].startswith("The lease of attempt 1 held by endpoint ") and "lapsed" in story[3]
+    assert story[4].endswith(f"; it resumes from the checkpoint attempt 1 saved at {saved_at}.")
+    assert [(a["n"], a["claimant"], a["outcome"]) for a in explained["attempts"]] == [
+        (1, "first", "lapsed"), (2, "second", "claimed")]
+    assert explained["attempts"] == sb.todo(todo_id)["attempts"]

@@ -35,7 +35,8 @@ ROW_KEYS = {
     "lease_expires_at", "next_retry_at", "dead_letter", "created_at", "payload_size",
     "available_at",  # CONTRACT §13
 }
-FULL_KEYS = ROW_KEYS | {"endpoint_id", "payload", "routing", "result", "attempt_seq", "claimant", "prior_attempts"}
+FULL_KEYS = ROW_KEYS | {"endpoint_id", "payload", "routing", "result", "attempt_seq", "claimant", "prior_attempts",
+                        "attempts", "resume_from", "traceparent"}
 VEND_KEYS = {"endpoint_id", "slug", "mcp_url", "credential", "queues", "verbs", "expires_at", "mcp_json"}
 CREDENTIAL = re.compile(r"^sbk_[A-Za-z0-9_-]{43}$")
 SIGNING_SECRET = re.compile(r"^whsec_[0-9a-f]{64}$")
@@ -299,7 +300,7 @@ def test_explain_tells_the_story_and_why_the_todo_is_in_its_state(api):
 
     explained = ok(api.get(f"/todos/{row['id']}/explain"))
 
-    assert set(explained) == {"state", "because", "story"}
+    assert set(explained) == {"state", "because", "story", "attempts"}
     assert explained["state"] == "done"
     assert re.fullmatch(r"done: attempt 1 was completed by admin at \S+Z: “fixed”", explained["because"])
     history = ok(api.get(f"/todos/{row['id']}/history"))["events"]
@@ -310,6 +311,24 @@ def test_explain_tells_the_story_and_why_the_todo_is_in_its_state(api):
 
 
 # -- todos: the actions -------------------------------------------------------------------------
+
+
+def test_extend_saves_a_checkpoint_and_the_next_claim_resumes_from_it(api):
+    endpoint = vend(api)
+    todo_id = push(api, endpoint)["id"]
+    path = f"/todos/{todo_id}"
+    first = ok(api.post(f"{path}/claim"))
+    assert first["resume_from"] is None and first["attempts"][0]["outcome"] == "claimed"
+    assert re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-01", first["traceparent"])
+    refused(api.post(f"{path}/extend", {"checkpoint": "x" * 70_000}), 400, "invalid_argument")  # over 64 KiB
+    assert todo(api, todo_id)["lease_expires_at"] == first["lease_expires_at"]  # unchanged
+    ok(api.post(f"{path}/extend", {"checkpoint": {"page": 4}}))
+    ok(api.post(f"{path}/release", {"summary": "later"}))
+    again = ok(api.post(f"{path}/claim"))
+    assert again["resume_from"] == {"page": 4}
+    assert [(a["n"], a["outcome"], a.get("checkpoint")) for a in again["attempts"]] == [
+        (1, "released", {"page": 4}), (2, "claimed", None)]
+    assert again["attempts"][0]["summary"] == "later" and again["traceparent"] == again["attempts"][1]["traceparent"]
 
 
 def test_claim_extend_release_fail_retry_complete(api):

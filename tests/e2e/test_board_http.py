@@ -312,6 +312,21 @@ def test_each_todo_action_of_the_board_moves_the_todo(server, admin, endpoint):
     assert "Retried by admin with a fresh budget of 5 attempts: pending again." in done
 
 
+def test_the_todo_page_shows_every_attempt_as_a_table_with_its_traceparent(server, admin, endpoint):
+    todo_id = push(server.cli, endpoint["slug"], "attempt me")
+    assert "No attempts yet." in admin.page(f"/todos/{todo_id}")
+    assert admin.post(f"/todos/{todo_id}/claim").status_code == 303
+    assert admin.post(f"/todos/{todo_id}/release", summary="hand back").status_code == 303
+    assert admin.post(f"/todos/{todo_id}/claim").status_code == 303
+    page = admin.page(f"/todos/{todo_id}")
+    table = re.search(r'<table class="cards attempts">(.*?)</table>', page, re.S).group(1)
+    rows = re.findall(r"<tr>(.*?)</tr>", table.split("<tbody>")[1], re.S)
+    assert len(rows) == 2
+    assert "outcome-released" in rows[0] and "hand back" in rows[0] and "outcome-claimed" in rows[1]
+    traces = [re.search(r'<code class="traceparent">(00-[0-9a-f]{32}-[0-9a-f]{16}-01)</code>', r).group(1) for r in rows]
+    assert traces[0] != traces[1] and traces[0].split("-")[1] == traces[1].split("-")[1] == todo_id[3:]
+
+
 def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(server, admin, endpoint):
     todo_id = push(server.cli, endpoint["slug"], "guarded")
     assert admin.post(f"/todos/{todo_id}/claim", csrf=False).status_code == 403

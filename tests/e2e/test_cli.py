@@ -259,7 +259,7 @@ def test_retry_dead_letter_and_failed(store_url, tmp_path, make_container):
     assert failed[waiting]["dead_letter"] is False and failed[waiting]["next_retry_at"] is not None
 
     explained = cli.json("todo", "explain", dead)
-    assert set(explained) == {"state", "because", "story"} and explained["state"] == "failed"
+    assert set(explained) == {"state", "because", "story", "attempts"} and explained["state"] == "failed"
     assert explained["because"].startswith("dead letter: the 5th attempt failed at ")
     assert explained["because"].endswith(": “boom”; only an operator's retry revives it")
     lines = cli.run("todo", "explain", waiting).ok().stdout.splitlines()

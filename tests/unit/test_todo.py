@@ -35,6 +35,7 @@ from domain.todo import (
 from domain.attempts import Attempt
 from domain.leases import effective_lease
 from domain.todo_fields import check_result, cut_utf8, one_line_title
+from domain.traces import span_id_for
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 TODO_UUID = UUID("00000000-0000-4000-8000-000000000001")
@@ -687,7 +688,7 @@ def test_closed_attempts_keep_their_outcome_claimant_times_and_summary():
         Attempt(2, "b", t[1], t[1] + LEASE, "lease_expired", None),
         Attempt(3, "c", t[2], t[2] + timedelta(seconds=7), "revoked", None),
         Attempt(4, "d", t[3], t[3] + timedelta(seconds=9), "failed", "boom"),
-        Attempt(5, "e", t[4], t[4] + timedelta(seconds=11), "completed", "ok"),
+        Attempt(5, "e", t[4], t[4] + timedelta(seconds=11), "completed", "ok", span_id=span_id_for(TODO_UUID, 5)),
     )
 
 

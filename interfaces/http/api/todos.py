@@ -20,6 +20,11 @@ class LeaseBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     lease_ttl_seconds: float | None = None
 
 
+class ExtendBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    lease_ttl_seconds: float | None = None
+    checkpoint: Json = None  # any JSON <= 64 KiB: the next claim's resume_from
+
+
 class OutcomeBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     result: Json = None
     summary: str | None = None
@@ -84,9 +89,10 @@ def _work(app: Switchboard) -> list[HTTPRouteHandler]:
         return await run(app.claim, todo_id, caller=caller_of(request), lease_ttl_seconds=ttl)
 
     @post("/todos/{todo_id:str}/extend", status_code=HTTP_200_OK, summary="Extend this operator's lease")
-    async def extend(request: Request, todo_id: FromPath[str], data: JSONBody[LeaseBody | None] = None) -> dict[str, Any]:
-        ttl = data.lease_ttl_seconds if data else None
-        return await run(app.heartbeat, todo_id, caller=caller_of(request), lease_ttl_seconds=ttl)
+    async def extend(request: Request, todo_id: FromPath[str], data: JSONBody[ExtendBody | None] = None) -> dict[str, Any]:
+        data = data or ExtendBody()
+        return await run(app.heartbeat, todo_id, caller=caller_of(request), lease_ttl_seconds=data.lease_ttl_seconds,
+                         checkpoint=data.checkpoint)
 
     @post("/todos/{todo_id:str}/complete", status_code=HTTP_200_OK, summary="Complete a claimed todo")
     async def complete(request: Request, todo_id: FromPath[str], data: JSONBody[OutcomeBody | None] = None) -> dict[str, Any]:
