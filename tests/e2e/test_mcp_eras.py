@@ -75,7 +75,8 @@ async def connect(vend: dict[str, Any], mode: str, url: str | None = None,
 
 
 _VARYING = re.compile(
-    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)?"  # times
+    r"\b00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]\b"  # W3C traceparents (a new span per attempt)
+    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)?"  # times
     r"|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"  # uuids
     r"|\b[a-z]{2,6}_[A-Za-z0-9_-]{12,}"  # prefixed ids, tokens and secrets
     r"|/webhooks/w/[A-Za-z0-9_-]+"  # ingest URLs
