@@ -265,8 +265,10 @@ def test_retry_dead_letter_and_failed(store_url, tmp_path, make_container):
     lines = cli.run("todo", "explain", waiting).ok().stdout.splitlines()
     # the because first (the CLI runs on the wall clock, a day after this retry fell due), then the story
     assert lines[0].startswith("failed, retry due since ") and lines[0].endswith(": “try later”")
-    assert lines[1] == "" and len(lines) == 2 + 3  # pushed, claimed, failed: one sentence a line, with its time
+    assert lines[1] == "" and len(lines) == 2 + 3 + 3  # pushed, claimed, failed: one sentence a line, with its time
     assert lines[2].endswith(f"  Pushed by the CLI to endpoint {endpoint['slug']}, queue work (source operator).")
+    assert lines[5:7] == ["", "attempts:"]  # then each attempt: n, outcome, times, traceparent, claimant
+    assert re.fullmatch(r"\s+1  failed\s+\S+Z \.\. \S+Z\s+00-[0-9a-f]{32}-[0-9a-f]{16}-01  \S+", lines[7]), lines[7]
 
     revived = cli.json("todo", "retry", dead)
     assert revived["id"] == dead and revived["state"] == "pending" and revived["attempt"] == 0
