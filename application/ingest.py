@@ -77,7 +77,6 @@ class Command:
     handler: Callable[[UnitOfWork], tuple[list[dict[str, Any]], bool]]
     hints: dict[UUID, Any]
     done: Callable[[tuple[list[dict[str, Any]], bool]], Ingested]
-    handshake: Handshake | None = None  # then there is nothing to record: the answer is this
 
 
 @dataclass(frozen=True)
@@ -98,10 +97,6 @@ class Handshake:
     nothing is routed or stored (docs/adr/0039)."""
 
     challenge: str
-
-
-def _nothing_to_record(_: Any) -> Any:
-    raise RuntimeError("a handshake records nothing: its command is never run")
 
 
 def _delivery_key(webhook_id: str, headers: Mapping[str, str], source_type: str, parsed: object | None,
@@ -237,8 +232,8 @@ class Ingest:
                     command = self.prepare(token, headers, body, remote_addr, copies=True, inline=True)
             if command is None:
                 command = await offload(partial(self.prepare, token, headers, body, remote_addr, copies=True))
-            if command.handshake is not None:
-                return command.handshake
+            if isinstance(command, Handshake):  # nothing to record: the answer is its challenge
+                return command
             return command.done(await self.store.run_async(command.handler, hints=command.hints))
         except StaleCopy:
             self._forget_copies(token)
@@ -252,14 +247,15 @@ class Ingest:
     def _ingest(self, token: str, headers: Mapping[str, str], body: bytes, remote_addr: str | None, *,
                 copies: bool) -> Ingested | Handshake:
         command = self.prepare(token, headers, body, remote_addr, copies=copies)
-        if command.handshake is not None:
-            return command.handshake
+        if isinstance(command, Handshake):
+            return command
         return command.done(self.store.run(command.handler, hints=command.hints))
 
     def prepare(self, token: str, headers: Mapping[str, str], body: bytes, remote_addr: str | None, *,
-                copies: bool, inline: bool = False) -> Command:
+                copies: bool, inline: bool = False) -> Command | Handshake:
         """Everything before the write side: the webhook resolved, the signature verified, the
-        rules evaluated; the command that records the delivery, for the writer to run.
+        rules evaluated; the command that records the delivery, for the writer to run (or, for a
+        sender's verified handshake, its answer: nothing is recorded).
 
         `inline`: on an event loop, which must not wait; `WouldWait` instead of a read of the
         store or a call to the rule engine (the caller then prepares it on a thread)."""
@@ -273,7 +269,7 @@ class Ingest:
             if challenge is not None:
                 if decided_on:  # no append checks the copies: a handshake is answered on fresh state
                     raise StaleCopy("a handshake is answered on what a read gives now")
-                return Command(_nothing_to_record, {}, _nothing_to_record, handshake=Handshake(challenge))
+                return Handshake(challenge)
             active = self._active_targets(received, loaded, decided_on, inline)
             decision = self._decide(received, owner, active, loaded, inline)
         recording = Recording(received, owner, decision, decided_on, remote_addr)
