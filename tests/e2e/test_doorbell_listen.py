@@ -30,7 +30,7 @@ from application.service import Caller
 from tests.doubles import ManualClock
 from tests.e2e._ingest import Stack
 from tests.e2e.test_doorbell import streaming
-from tests.e2e.test_mcp import McpStack, agent, call, connect
+from tests.e2e.test_mcp import McpStack, agent, call, connect, serving
 from tests.e2e.test_mcp_sessions import ChannelListener, InProcess
 from tests.e2e.test_mcp_sessions import connect as connect_inproc
 
@@ -48,16 +48,8 @@ def uri(queue: str) -> str:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory) -> Iterator[McpStack]:
     root = tmp_path_factory.mktemp("listen")
-    stack = McpStack(root / "var", root)
-    stack.server.start()
-    try:
-        stack.server.wait_healthy()
+    with serving(McpStack(root / "var", root)) as stack:
         yield stack
-    finally:
-        code = stack.server.stop()
-    assert code == 0, stack.server.output()
-    assert "Traceback" not in stack.server.stderr(), stack.server.output()
-    assert "ASGI callable returned without completing response" not in stack.server.stderr(), stack.server.output()
 
 
 @asynccontextmanager

@@ -14,7 +14,7 @@ import json
 import secrets
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,10 +56,9 @@ class McpStack:
         self.cli.run("endpoint", "revoke", slug).ok()
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory) -> Iterator[McpStack]:
-    root = tmp_path_factory.mktemp("mcp")
-    stack = McpStack(root / "var", root)
+@contextmanager
+def serving(stack: McpStack) -> Iterator[McpStack]:
+    """The stack's server started and healthy; once stopped, it exited cleanly with no traceback."""
     stack.server.start()
     try:
         stack.server.wait_healthy()
@@ -69,6 +68,13 @@ def stack(tmp_path_factory) -> Iterator[McpStack]:
     assert code == 0, stack.server.output()
     assert "Traceback" not in stack.server.stderr(), stack.server.output()
     assert "ASGI callable returned without completing response" not in stack.server.stderr(), stack.server.output()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory) -> Iterator[McpStack]:
+    root = tmp_path_factory.mktemp("mcp")
+    with serving(McpStack(root / "var", root)) as stack:
+        yield stack
 
 
 def agent(prefix: str) -> str:

@@ -29,7 +29,7 @@ from mcp.shared.exceptions import MCPError
 from domain.endpoint import ALL_VERBS
 from interfaces.version import VERSION
 from tests.e2e._support import Server
-from tests.e2e.test_mcp import AUTH_401, WWW_AUTHENTICATE, McpStack, agent, bearer
+from tests.e2e.test_mcp import AUTH_401, WWW_AUTHENTICATE, McpStack, agent, bearer, serving
 from tests.fixtures import sign
 
 MODERN = "2026-07-28"
@@ -42,15 +42,8 @@ ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "appl
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory) -> Iterator[McpStack]:
     root = tmp_path_factory.mktemp("eras")
-    stack = McpStack(root / "var", root)
-    stack.server.start()
-    try:
-        stack.server.wait_healthy()
+    with serving(McpStack(root / "var", root)) as stack:
         yield stack
-    finally:
-        code = stack.server.stop()
-    assert code == 0, stack.server.output()
-    assert "Traceback" not in stack.server.stderr(), stack.server.output()
 
 
 class Recorded:
